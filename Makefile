@@ -1,0 +1,64 @@
+# dbwrap_py: `make` builds everything, `make test` runs every test.
+# Both install what they need (Debian packages, the venv) and are idempotent.
+
+PYTHON      ?= /usr/bin/python3
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+BUILD       := build
+MULTIARCH   := $(shell gcc -print-multiarch)
+SAMBA_LIBDIR := /usr/lib/$(MULTIARCH)/samba
+
+PY_CFLAGS    = $(shell $(PYTHON)-config --includes)
+PY_LDFLAGS   = $(shell $(PYTHON)-config --embed --ldflags)
+SAMBA_CFLAGS = $(shell pkg-config --cflags talloc tdb)
+SAMBA_LIBS   = $(shell pkg-config --libs talloc tdb)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
+           -fPIC -std=gnu11 $(SAMBA_CFLAGS)
+
+BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/py_runtime.c c_bridge/log.c
+BRIDGE_HDR := $(wildcard c_bridge/*.h)
+BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
+TEST_BIN   := $(BUILD)/test_dbwrap
+
+.PHONY: all deps venv test test-c test-python clean
+
+all: deps venv $(BRIDGE_LIB) $(TEST_BIN)
+
+deps:
+	@scripts/install-deps.sh
+
+# The venv sees Debian's python3-tdb (--system-site-packages); the package is
+# installed editable, so the bridge always runs the checkout's code.
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt | deps
+	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VPY) -m pip install -q --no-build-isolation -e .
+	$(VPY) -m pip install -q -r tests/requirements.txt
+	@touch $@
+
+$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \
+		-o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) $(PY_LDFLAGS) -ldl -lpthread
+
+# Links Samba's real dbwrap front end (a private library) against the bridge.
+TEST_SRC := $(wildcard tests/c/*.c)
+$(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB)
+	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $(TEST_SRC) \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
+		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
+test: all test-c test-python
+
+test-c: venv $(TEST_BIN)
+	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
+
+test-python: venv $(BRIDGE_LIB)
+	$(VPY) -m pytest -q tests/python
+
+clean:
+	rm -rf $(BUILD)

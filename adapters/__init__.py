@@ -1,0 +1,1 @@
+"""Built-in adapters; each module names its class in ADAPTER."""

@@ -1,0 +1,181 @@
+/*
+ * The parts of Samba's ABI that dbwrap_py builds against.
+ *
+ * Written for Debian bookworm's Samba 4.17.12 (2:4.17.12+dfsg-0+deb12u4),
+ * whose samba-dev ships no dbwrap headers; dbwrap lives in the private
+ * library libdbwrap-samba4.so.0. The struct layouts below follow
+ * lib/dbwrap/dbwrap_private.h of that release (unchanged through 4.24).
+ * They are declared here, once, from the facts; no Samba code is copied.
+ *
+ * If Samba changes these layouts, this is the only file to update.
+ */
+
+#ifndef DBWRAP_PY_SAMBA_ABI_H
+#define DBWRAP_PY_SAMBA_ABI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <talloc.h>
+#include <tdb.h>
+
+/*
+ * NTSTATUS: Samba builds it as a one-member struct (HAVE_IMMEDIATE_STRUCTURES).
+ * On x86-64 that is passed and returned exactly like a uint32_t.
+ */
+typedef struct { uint32_t v; } NTSTATUS;
+#define NT_STATUS(x) ((NTSTATUS) { (x) })
+#define NT_STATUS_V(x) ((x).v)
+#define NT_STATUS_IS_OK(x) (NT_STATUS_V(x) == 0)
+#define NT_STATUS_EQUAL(a, b) (NT_STATUS_V(a) == NT_STATUS_V(b))
+
+#define NT_STATUS_OK                     NT_STATUS(0x00000000)
+#define NT_STATUS_UNSUCCESSFUL           NT_STATUS(0xC0000001)
+#define NT_STATUS_INVALID_PARAMETER      NT_STATUS(0xC000000D)
+#define NT_STATUS_NO_MEMORY              NT_STATUS(0xC0000017)
+#define NT_STATUS_ACCESS_DENIED          NT_STATUS(0xC0000022)
+#define NT_STATUS_OBJECT_NAME_NOT_FOUND  NT_STATUS(0xC0000034)
+#define NT_STATUS_OBJECT_NAME_COLLISION  NT_STATUS(0xC0000035)
+#define NT_STATUS_FILE_LOCK_CONFLICT     NT_STATUS(0xC0000054)
+#define NT_STATUS_MEDIA_WRITE_PROTECTED  NT_STATUS(0xC00000A2)
+#define NT_STATUS_DEVICE_NOT_READY       NT_STATUS(0xC00000A3)
+#define NT_STATUS_IO_TIMEOUT             NT_STATUS(0xC00000B5)
+#define NT_STATUS_NOT_SUPPORTED          NT_STATUS(0xC00000BB)
+#define NT_STATUS_INTERNAL_DB_CORRUPTION NT_STATUS(0xC00000E4)
+#define NT_STATUS_INTERNAL_ERROR         NT_STATUS(0xC00000E5)
+#define NT_STATUS_INTERNAL_DB_ERROR      NT_STATUS(0xC0000158)
+#define NT_STATUS_NOT_FOUND              NT_STATUS(0xC0000225)
+
+/* lib/dbwrap/dbwrap.h: NONE disables the lock-order check for a database. */
+enum dbwrap_lock_order {
+	DBWRAP_LOCK_ORDER_NONE = 0,
+	DBWRAP_LOCK_ORDER_1 = 1,
+	DBWRAP_LOCK_ORDER_2 = 2,
+	DBWRAP_LOCK_ORDER_3 = 3,
+	DBWRAP_LOCK_ORDER_4 = 4,
+};
+
+enum dbwrap_req_state;
+struct tevent_context;
+struct tevent_req;
+
+/* lib/dbwrap/dbwrap_private.h, Samba 4.17.12 */
+struct db_record {
+	struct db_context *db;
+	TDB_DATA key, value;
+	bool value_valid;
+	NTSTATUS (*storev)(struct db_record *rec, const TDB_DATA *dbufs,
+			   int num_dbufs, int flag);
+	NTSTATUS (*delete_rec)(struct db_record *rec);
+	void *private_data;
+};
+
+typedef void (*dbwrap_parser_fn)(TDB_DATA key, TDB_DATA data,
+				 void *private_data);
+typedef void (*dbwrap_do_locked_fn)(struct db_record *rec, TDB_DATA value,
+				    void *private_data);
+typedef int (*dbwrap_traverse_fn)(struct db_record *rec, void *private_data);
+
+/* lib/dbwrap/dbwrap_private.h, Samba 4.17.12 */
+struct db_context {
+	struct db_record *(*fetch_locked)(struct db_context *db,
+					  TALLOC_CTX *mem_ctx,
+					  TDB_DATA key);
+	int (*traverse)(struct db_context *db, dbwrap_traverse_fn f,
+			void *private_data);
+	int (*traverse_read)(struct db_context *db, dbwrap_traverse_fn f,
+			     void *private_data);
+	int (*get_seqnum)(struct db_context *db);
+	int (*transaction_start)(struct db_context *db);
+	NTSTATUS (*transaction_start_nonblock)(struct db_context *db);
+	int (*transaction_commit)(struct db_context *db);
+	int (*transaction_cancel)(struct db_context *db);
+	NTSTATUS (*parse_record)(struct db_context *db, TDB_DATA key,
+				 dbwrap_parser_fn parser,
+				 void *private_data);
+	struct tevent_req *(*parse_record_send)(
+		TALLOC_CTX *mem_ctx,
+		struct tevent_context *ev,
+		struct db_context *db,
+		TDB_DATA key,
+		dbwrap_parser_fn parser,
+		void *private_data,
+		enum dbwrap_req_state *req_state);
+	NTSTATUS (*parse_record_recv)(struct tevent_req *req);
+	NTSTATUS (*do_locked)(struct db_context *db, TDB_DATA key,
+			      dbwrap_do_locked_fn fn, void *private_data);
+	int (*exists)(struct db_context *db, TDB_DATA key);
+	int (*wipe)(struct db_context *db);
+	int (*check)(struct db_context *db);
+	size_t (*id)(struct db_context *db, uint8_t *id, size_t idlen);
+
+	const char *name;
+	void *private_data;
+	enum dbwrap_lock_order lock_order;
+	bool persistent;
+};
+
+/*
+ * db_open() and the native backends' openers, same argument list
+ * (source3/lib/dbwrap/dbwrap_open.h, lib/dbwrap/dbwrap_tdb.h).
+ * db_open lives in libsmbconf.so.0, db_open_tdb/db_open_rbt in
+ * libdbwrap-samba4.so.0.
+ */
+struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
+			   int hash_size, int tdb_flags, int open_flags,
+			   mode_t mode, enum dbwrap_lock_order lock_order,
+			   uint64_t dbwrap_flags);
+struct db_context *db_open_tdb(TALLOC_CTX *mem_ctx, const char *name,
+			       int hash_size, int tdb_flags, int open_flags,
+			       mode_t mode, enum dbwrap_lock_order lock_order,
+			       uint64_t dbwrap_flags);
+struct db_context *db_open_rbt(TALLOC_CTX *mem_ctx);
+
+/* The dbwrap front end (lib/dbwrap/dbwrap.h), used by the tests. */
+TDB_DATA dbwrap_record_get_key(const struct db_record *rec);
+TDB_DATA dbwrap_record_get_value(const struct db_record *rec);
+NTSTATUS dbwrap_record_store(struct db_record *rec, TDB_DATA data, int flags);
+NTSTATUS dbwrap_record_storev(struct db_record *rec, const TDB_DATA *dbufs,
+			      int num_dbufs, int flags);
+NTSTATUS dbwrap_record_delete(struct db_record *rec);
+struct db_record *dbwrap_fetch_locked(struct db_context *db,
+				      TALLOC_CTX *mem_ctx, TDB_DATA key);
+NTSTATUS dbwrap_do_locked(struct db_context *db, TDB_DATA key,
+			  dbwrap_do_locked_fn fn, void *private_data);
+NTSTATUS dbwrap_delete(struct db_context *db, TDB_DATA key);
+NTSTATUS dbwrap_store(struct db_context *db, TDB_DATA key, TDB_DATA data,
+		      int flags);
+NTSTATUS dbwrap_fetch(struct db_context *db, TALLOC_CTX *mem_ctx,
+		      TDB_DATA key, TDB_DATA *value);
+bool dbwrap_exists(struct db_context *db, TDB_DATA key);
+NTSTATUS dbwrap_traverse(struct db_context *db, dbwrap_traverse_fn f,
+			 void *private_data, int *count);
+NTSTATUS dbwrap_traverse_read(struct db_context *db, dbwrap_traverse_fn f,
+			      void *private_data, int *count);
+NTSTATUS dbwrap_parse_record(struct db_context *db, TDB_DATA key,
+			     dbwrap_parser_fn parser, void *private_data);
+NTSTATUS dbwrap_trans_store(struct db_context *db, TDB_DATA key, TDB_DATA dbuf,
+			    int flag);
+int dbwrap_wipe(struct db_context *db);
+int dbwrap_check(struct db_context *db);
+int dbwrap_get_seqnum(struct db_context *db);
+int dbwrap_transaction_start(struct db_context *db);
+NTSTATUS dbwrap_transaction_start_nonblock(struct db_context *db);
+int dbwrap_transaction_commit(struct db_context *db);
+int dbwrap_transaction_cancel(struct db_context *db);
+/* copies the id only if idlen is large enough; returns its length */
+size_t dbwrap_db_id(struct db_context *db, uint8_t *id, size_t idlen);
+bool dbwrap_is_persistent(struct db_context *db);
+const char *dbwrap_name(struct db_context *db);
+
+/* libsamba-errors.so.1 */
+const char *nt_errstr(NTSTATUS nt_code);
+
+/* libsamba-debug (looked up at run time, so the bridge also loads without it) */
+typedef bool (*samba_dbghdrclass_fn)(int level, int cls, const char *location,
+				     const char *func);
+typedef bool (*samba_dbgtext_fn)(const char *fmt, ...);
+typedef int (*samba_debuglevel_get_class_fn)(size_t idx);
+
+#endif /* DBWRAP_PY_SAMBA_ABI_H */

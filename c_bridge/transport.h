@@ -1,0 +1,86 @@
+/*
+ * How dbwrap operations reach an adapter.
+ *
+ * db_ops.c implements struct db_context in terms of these calls and knows
+ * nothing of Python. transport_inproc.c runs the adapter in an interpreter
+ * embedded in this process; a per-node daemon reached over a unix socket
+ * would be one more file implementing the same table.
+ *
+ * Values handed to a callback are valid only during that callback, so a
+ * transport can pass its own buffers without copying.
+ */
+
+#ifndef DBWRAP_PY_TRANSPORT_H
+#define DBWRAP_PY_TRANSPORT_H
+
+#include "samba_abi.h"
+
+struct dbwrap_py_db; /* a transport's open database */
+
+/* What db_open_py() was asked for, passed on unchanged. */
+struct dbwrap_py_open_args {
+	const char *name;
+	int hash_size;
+	int tdb_flags;
+	int open_flags;
+	mode_t mode;
+	int lock_order;
+	uint64_t dbwrap_flags;
+	const char *adapter;        /* short name or dotted module */
+	const char *const *options; /* NULL-terminated "key=value" strings */
+};
+
+/* Gets a record's value: exists=false for a missing key. */
+typedef void (*dbwrap_py_value_fn)(TDB_DATA value, bool exists,
+				   void *private_data);
+/* Gets one traversed record; non-zero stops the traverse. */
+typedef int (*dbwrap_py_record_fn)(TDB_DATA key, TDB_DATA value,
+				   void *private_data);
+
+enum dbwrap_py_txn_op {
+	DBWRAP_PY_TXN_START,
+	DBWRAP_PY_TXN_START_NONBLOCK,
+	DBWRAP_PY_TXN_COMMIT,
+	DBWRAP_PY_TXN_CANCEL,
+};
+
+struct dbwrap_py_transport {
+	const char *name;
+
+	/* The returned handle is a talloc child of mem_ctx; freeing it closes. */
+	NTSTATUS (*open)(TALLOC_CTX *mem_ctx,
+			 const struct dbwrap_py_open_args *args,
+			 struct dbwrap_py_db **pdb);
+
+	/* Read without locking (parse_record). */
+	NTSTATUS (*fetch)(struct dbwrap_py_db *db, TDB_DATA key,
+			  dbwrap_py_value_fn fn, void *private_data);
+	/* Lock the record for this process, then read it. */
+	NTSTATUS (*lock)(struct dbwrap_py_db *db, TDB_DATA key,
+			 dbwrap_py_value_fn fn, void *private_data);
+	NTSTATUS (*unlock)(struct dbwrap_py_db *db, TDB_DATA key);
+	/* Write a locked record; the buffers form one value. */
+	NTSTATUS (*storev)(struct dbwrap_py_db *db, TDB_DATA key,
+			   const TDB_DATA *dbufs, int num_dbufs, int flag);
+	/* Delete a locked record; NOT_FOUND if it is missing. */
+	NTSTATUS (*delete_rec)(struct dbwrap_py_db *db, TDB_DATA key);
+	NTSTATUS (*exists)(struct dbwrap_py_db *db, TDB_DATA key, bool *exists);
+	/*
+	 * Every record; with write, each is locked while fn runs, so fn may
+	 * store or delete it. *count includes the record fn stopped on.
+	 */
+	NTSTATUS (*traverse)(struct dbwrap_py_db *db, bool write,
+			     dbwrap_py_record_fn fn, void *private_data,
+			     int *count);
+	NTSTATUS (*seqnum)(struct dbwrap_py_db *db, int *seqnum);
+	NTSTATUS (*transaction)(struct dbwrap_py_db *db, enum dbwrap_py_txn_op op);
+	NTSTATUS (*wipe)(struct dbwrap_py_db *db);
+	NTSTATUS (*check)(struct dbwrap_py_db *db);
+	/* The id is a talloc child of mem_ctx. */
+	NTSTATUS (*db_id)(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+			  uint8_t **id, size_t *idlen);
+};
+
+extern const struct dbwrap_py_transport dbwrap_py_transport_inproc;
+
+#endif /* DBWRAP_PY_TRANSPORT_H */

@@ -1,0 +1,536 @@
+/*
+ * The in-process transport: the adapter runs in this process's embedded
+ * Python. Each dbwrap operation is one call of a bound method of the
+ * dbwrap_py.database.Database object, cached when the database opens.
+ *
+ * Every entry takes the GIL and gives it back before returning; it is also
+ * released while Samba callbacks run, so the host never runs its own code
+ * with the GIL held. Keys cross as bytes (one copy); values come back as
+ * bytes that callbacks read in place.
+ */
+
+#include "py_runtime.h" /* Python.h first, as CPython asks */
+
+#include "log.h"
+#include "transport.h"
+
+enum inproc_method {
+	M_FETCH, M_LOCK, M_UNLOCK, M_STORE, M_DELETE, M_EXISTS, M_TRAVERSE,
+	M_SEQNUM, M_TXN_START, M_TXN_COMMIT, M_TXN_CANCEL, M_WIPE, M_CHECK,
+	M_DB_ID, M_CLOSE, M_COUNT
+};
+
+static const char *const method_names[M_COUNT] = {
+	[M_FETCH] = "fetch", [M_LOCK] = "lock", [M_UNLOCK] = "unlock",
+	[M_STORE] = "store", [M_DELETE] = "delete", [M_EXISTS] = "exists",
+	[M_TRAVERSE] = "traverse", [M_SEQNUM] = "seqnum",
+	[M_TXN_START] = "transaction_start",
+	[M_TXN_COMMIT] = "transaction_commit",
+	[M_TXN_CANCEL] = "transaction_cancel", [M_WIPE] = "wipe",
+	[M_CHECK] = "check", [M_DB_ID] = "db_id", [M_CLOSE] = "close",
+};
+
+struct dbwrap_py_db {
+	const char *name;
+	PyObject *database;
+	PyObject *methods[M_COUNT];
+};
+
+/* -- helpers ---------------------------------------------------------------- */
+
+static NTSTATUS inproc_failed(struct dbwrap_py_db *db, enum inproc_method m)
+{
+	return py_runtime_status_from_exception(db->name, method_names[m]);
+}
+
+static NTSTATUS inproc_contract(struct dbwrap_py_db *db, enum inproc_method m,
+				const char *expected, PyObject *got)
+{
+	dbwrap_py_log(db->name, method_names[m],
+		      "adapter returned %s, expected %s (NTSTATUS 0x%08x)",
+		      Py_TYPE(got)->tp_name, expected,
+		      (unsigned)NT_STATUS_V(NT_STATUS_INTERNAL_DB_ERROR));
+	return NT_STATUS_INTERNAL_DB_ERROR;
+}
+
+static PyObject *inproc_call_key(struct dbwrap_py_db *db,
+				 enum inproc_method m, TDB_DATA key)
+{
+	PyObject *pykey = PyBytes_FromStringAndSize((const char *)key.dptr,
+						    key.dsize);
+	PyObject *result;
+
+	if (pykey == NULL) {
+		return NULL;
+	}
+	result = PyObject_CallOneArg(db->methods[m], pykey);
+	Py_DECREF(pykey);
+	return result;
+}
+
+/* Call for its effect only: None or anything else counts as success. */
+static NTSTATUS inproc_call_void(struct dbwrap_py_db *db, enum inproc_method m,
+				 PyObject *arg)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = (arg != NULL)
+		? PyObject_CallOneArg(db->methods[m], arg)
+		: PyObject_CallNoArgs(db->methods[m]);
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (result == NULL) {
+		status = inproc_failed(db, m);
+	}
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+/* Hand a bytes-or-None result to fn, with the GIL released meanwhile. */
+static NTSTATUS inproc_deliver(struct dbwrap_py_db *db, enum inproc_method m,
+			       PyObject *result, dbwrap_py_value_fn fn,
+			       void *private_data)
+{
+	TDB_DATA value = tdb_null;
+	PyThreadState *ts;
+	bool exists = (result != Py_None);
+
+	if (exists && !PyBytes_Check(result)) {
+		return inproc_contract(db, m, "bytes or None", result);
+	}
+	if (exists) {
+		value.dptr = (uint8_t *)PyBytes_AS_STRING(result);
+		value.dsize = PyBytes_GET_SIZE(result);
+	}
+	ts = PyEval_SaveThread();
+	fn(value, exists, private_data);
+	PyEval_RestoreThread(ts);
+	return NT_STATUS_OK;
+}
+
+/* -- open / close ----------------------------------------------------------- */
+
+static int inproc_db_destructor(struct dbwrap_py_db *db)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result;
+	int m;
+
+	if (db->methods[M_CLOSE] != NULL) {
+		result = PyObject_CallNoArgs(db->methods[M_CLOSE]);
+		if (result == NULL) {
+			(void)inproc_failed(db, M_CLOSE);
+		}
+		Py_XDECREF(result);
+	}
+	for (m = 0; m < M_COUNT; m++) {
+		Py_CLEAR(db->methods[m]);
+	}
+	Py_CLEAR(db->database);
+	PyGILState_Release(gil);
+	return 0;
+}
+
+static PyObject *inproc_options(const char *const *options)
+{
+	PyObject *list = PyList_New(0);
+	size_t i;
+
+	for (i = 0; list != NULL && options != NULL && options[i] != NULL; i++) {
+		PyObject *item = PyUnicode_DecodeFSDefault(options[i]);
+
+		if (item == NULL || PyList_Append(list, item) != 0) {
+			Py_XDECREF(item);
+			Py_CLEAR(list);
+			break;
+		}
+		Py_DECREF(item);
+	}
+	return list;
+}
+
+static PyObject *inproc_open_database(const struct dbwrap_py_open_args *a)
+{
+	PyObject *options = inproc_options(a->options);
+	PyObject *result;
+
+	if (options == NULL) {
+		return NULL;
+	}
+	result = PyObject_CallFunction(
+		py_runtime_open_database(), "O&iiiiiKsO",
+		PyUnicode_DecodeFSDefault, a->name, a->hash_size, a->tdb_flags,
+		a->open_flags, (int)a->mode, a->lock_order,
+		(unsigned long long)a->dbwrap_flags,
+		a->adapter != NULL ? a->adapter : "", options);
+	Py_DECREF(options);
+	return result;
+}
+
+static bool inproc_bind_methods(struct dbwrap_py_db *db)
+{
+	int m;
+
+	for (m = 0; m < M_COUNT; m++) {
+		db->methods[m] = PyObject_GetAttrString(db->database,
+							method_names[m]);
+		if (db->methods[m] == NULL) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
+			    const struct dbwrap_py_open_args *args,
+			    struct dbwrap_py_db **pdb)
+{
+	struct dbwrap_py_db *db;
+	PyGILState_STATE gil;
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (!py_runtime_start(args->name)) {
+		return NT_STATUS_INTERNAL_DB_ERROR;
+	}
+	db = talloc_zero(mem_ctx, struct dbwrap_py_db);
+	if (db == NULL) {
+		return NT_STATUS_NO_MEMORY;
+	}
+	db->name = args->name;
+
+	gil = PyGILState_Ensure();
+	db->database = inproc_open_database(args);
+	if (db->database == NULL || !inproc_bind_methods(db)) {
+		status = py_runtime_status_from_exception(db->name, "open");
+	}
+	PyGILState_Release(gil);
+
+	talloc_set_destructor(db, inproc_db_destructor);
+	if (!NT_STATUS_IS_OK(status)) {
+		TALLOC_FREE(db);
+		return status;
+	}
+	*pdb = db;
+	return NT_STATUS_OK;
+}
+
+/* -- records ---------------------------------------------------------------- */
+
+static NTSTATUS inproc_read(struct dbwrap_py_db *db, enum inproc_method m,
+			    TDB_DATA key, dbwrap_py_value_fn fn,
+			    void *private_data)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = inproc_call_key(db, m, key);
+	NTSTATUS status;
+
+	if (result == NULL) {
+		status = inproc_failed(db, m);
+	} else {
+		status = inproc_deliver(db, m, result, fn, private_data);
+		Py_DECREF(result);
+	}
+	PyGILState_Release(gil);
+	return status;
+}
+
+static NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
+			     dbwrap_py_value_fn fn, void *private_data)
+{
+	return inproc_read(db, M_FETCH, key, fn, private_data);
+}
+
+static NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
+			    dbwrap_py_value_fn fn, void *private_data)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = inproc_call_key(db, M_LOCK, key);
+	PyObject *unlocked;
+	NTSTATUS status;
+
+	if (result == NULL) {
+		/* Database.lock releases the lock itself when it raises */
+		status = inproc_failed(db, M_LOCK);
+	} else {
+		status = inproc_deliver(db, M_LOCK, result, fn, private_data);
+		Py_DECREF(result);
+		if (!NT_STATUS_IS_OK(status)) {
+			/* locked, but the value was unusable: let go */
+			unlocked = inproc_call_key(db, M_UNLOCK, key);
+			if (unlocked == NULL) {
+				(void)inproc_failed(db, M_UNLOCK);
+			}
+			Py_XDECREF(unlocked);
+		}
+	}
+	PyGILState_Release(gil);
+	return status;
+}
+
+static NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = inproc_call_key(db, M_UNLOCK, key);
+	NTSTATUS status = (result != NULL) ? NT_STATUS_OK
+					   : inproc_failed(db, M_UNLOCK);
+
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+/* The buffers joined into one bytes object: one copy, measured cheaper than a list. */
+static PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs)
+{
+	PyObject *value;
+	size_t total = 0;
+	char *dst;
+	int i;
+
+	for (i = 0; i < num_dbufs; i++) {
+		if (total + dbufs[i].dsize < total) {
+			return PyErr_NoMemory();
+		}
+		total += dbufs[i].dsize;
+	}
+	value = PyBytes_FromStringAndSize(NULL, total);
+	if (value == NULL) {
+		return NULL;
+	}
+	dst = PyBytes_AS_STRING(value);
+	for (i = 0; i < num_dbufs; i++) {
+		if (dbufs[i].dsize != 0) {
+			memcpy(dst, dbufs[i].dptr, dbufs[i].dsize);
+			dst += dbufs[i].dsize;
+		}
+	}
+	return value;
+}
+
+static NTSTATUS inproc_storev(struct dbwrap_py_db *db, TDB_DATA key,
+			      const TDB_DATA *dbufs, int num_dbufs, int flag)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *args[3] = { NULL, NULL, NULL };
+	PyObject *result = NULL;
+	NTSTATUS status = NT_STATUS_OK;
+
+	args[0] = PyBytes_FromStringAndSize((const char *)key.dptr, key.dsize);
+	args[1] = inproc_join(dbufs, num_dbufs);
+	args[2] = PyLong_FromLong(flag);
+	if (args[0] != NULL && args[1] != NULL && args[2] != NULL) {
+		result = PyObject_Vectorcall(db->methods[M_STORE], args, 3, NULL);
+	}
+	if (result == NULL) {
+		status = inproc_failed(db, M_STORE);
+	}
+	Py_XDECREF(result);
+	Py_XDECREF(args[0]);
+	Py_XDECREF(args[1]);
+	Py_XDECREF(args[2]);
+	PyGILState_Release(gil);
+	return status;
+}
+
+static NTSTATUS inproc_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = inproc_call_key(db, M_DELETE, key);
+	NTSTATUS status = (result != NULL) ? NT_STATUS_OK
+					   : inproc_failed(db, M_DELETE);
+
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+static NTSTATUS inproc_exists(struct dbwrap_py_db *db, TDB_DATA key,
+			      bool *exists)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = inproc_call_key(db, M_EXISTS, key);
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (result == NULL) {
+		status = inproc_failed(db, M_EXISTS);
+	} else if (!PyBool_Check(result)) {
+		status = inproc_contract(db, M_EXISTS, "bool", result);
+	} else {
+		*exists = (result == Py_True);
+	}
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+/* -- traverse --------------------------------------------------------------- */
+
+static bool inproc_split_pair(PyObject *item, TDB_DATA *key, TDB_DATA *value)
+{
+	PyObject *k, *v;
+
+	if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+		return false;
+	}
+	k = PyTuple_GET_ITEM(item, 0);
+	v = PyTuple_GET_ITEM(item, 1);
+	if (!PyBytes_Check(k) || !PyBytes_Check(v)) {
+		return false;
+	}
+	*key = (TDB_DATA) { (uint8_t *)PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k) };
+	*value = (TDB_DATA) { (uint8_t *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v) };
+	return true;
+}
+
+/* Walk the iterator; fn runs without the GIL. GIL held on entry and exit. */
+static NTSTATUS inproc_walk(struct dbwrap_py_db *db, PyObject *iter,
+			    dbwrap_py_record_fn fn, void *private_data,
+			    int *count)
+{
+	PyObject *item;
+	PyThreadState *ts;
+	TDB_DATA key, value;
+	int stop;
+
+	while ((item = PyIter_Next(iter)) != NULL) {
+		if (!inproc_split_pair(item, &key, &value)) {
+			NTSTATUS status = inproc_contract(db, M_TRAVERSE,
+							  "(bytes, bytes)", item);
+			Py_DECREF(item);
+			return status;
+		}
+		*count += 1;
+		ts = PyEval_SaveThread();
+		stop = fn(key, value, private_data);
+		PyEval_RestoreThread(ts);
+		Py_DECREF(item);
+		if (stop != 0) {
+			return NT_STATUS_OK;
+		}
+	}
+	return PyErr_Occurred() ? inproc_failed(db, M_TRAVERSE) : NT_STATUS_OK;
+}
+
+static NTSTATUS inproc_traverse(struct dbwrap_py_db *db, bool write,
+				dbwrap_py_record_fn fn, void *private_data,
+				int *count)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *iter = PyObject_CallOneArg(db->methods[M_TRAVERSE],
+					     write ? Py_True : Py_False);
+	NTSTATUS status;
+	PyObject *closed;
+
+	if (iter == NULL) {
+		status = inproc_failed(db, M_TRAVERSE);
+	} else if (!PyIter_Check(iter)) {
+		status = inproc_contract(db, M_TRAVERSE, "an iterator", iter);
+	} else {
+		status = inproc_walk(db, iter, fn, private_data, count);
+		/* releases the lock of the record the walk stopped on */
+		closed = PyObject_CallMethod(iter, "close", NULL);
+		if (closed == NULL && NT_STATUS_IS_OK(status)) {
+			status = inproc_failed(db, M_TRAVERSE);
+		}
+		Py_XDECREF(closed);
+		PyErr_Clear();
+	}
+	Py_XDECREF(iter);
+	PyGILState_Release(gil);
+	return status;
+}
+
+/* -- database-wide ---------------------------------------------------------- */
+
+static NTSTATUS inproc_seqnum(struct dbwrap_py_db *db, int *seqnum)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = PyObject_CallNoArgs(db->methods[M_SEQNUM]);
+	NTSTATUS status = NT_STATUS_OK;
+	long value;
+
+	if (result == NULL) {
+		status = inproc_failed(db, M_SEQNUM);
+	} else if (!PyLong_Check(result)) {
+		status = inproc_contract(db, M_SEQNUM, "int", result);
+	} else {
+		value = PyLong_AsLong(result);
+		if ((value == -1 && PyErr_Occurred()) || value < 0 ||
+		    value > INT32_MAX) {
+			PyErr_Clear();
+			status = inproc_contract(db, M_SEQNUM,
+						 "an int in 0..2^31-1", result);
+		} else {
+			*seqnum = (int)value;
+		}
+	}
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+static NTSTATUS inproc_transaction(struct dbwrap_py_db *db,
+				   enum dbwrap_py_txn_op op)
+{
+	switch (op) {
+	case DBWRAP_PY_TXN_START:
+		return inproc_call_void(db, M_TXN_START, Py_False);
+	case DBWRAP_PY_TXN_START_NONBLOCK:
+		return inproc_call_void(db, M_TXN_START, Py_True);
+	case DBWRAP_PY_TXN_COMMIT:
+		return inproc_call_void(db, M_TXN_COMMIT, NULL);
+	case DBWRAP_PY_TXN_CANCEL:
+		return inproc_call_void(db, M_TXN_CANCEL, NULL);
+	}
+	return NT_STATUS_INVALID_PARAMETER;
+}
+
+static NTSTATUS inproc_wipe(struct dbwrap_py_db *db)
+{
+	return inproc_call_void(db, M_WIPE, NULL);
+}
+
+static NTSTATUS inproc_check(struct dbwrap_py_db *db)
+{
+	return inproc_call_void(db, M_CHECK, NULL);
+}
+
+static NTSTATUS inproc_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+			     uint8_t **id, size_t *idlen)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *result = PyObject_CallNoArgs(db->methods[M_DB_ID]);
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (result == NULL) {
+		status = inproc_failed(db, M_DB_ID);
+	} else if (!PyBytes_Check(result) || PyBytes_GET_SIZE(result) == 0) {
+		status = inproc_contract(db, M_DB_ID, "non-empty bytes", result);
+	} else {
+		*idlen = PyBytes_GET_SIZE(result);
+		*id = talloc_memdup(mem_ctx, PyBytes_AS_STRING(result), *idlen);
+		if (*id == NULL) {
+			status = NT_STATUS_NO_MEMORY;
+		}
+	}
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+const struct dbwrap_py_transport dbwrap_py_transport_inproc = {
+	.name = "inproc",
+	.open = inproc_open,
+	.fetch = inproc_fetch,
+	.lock = inproc_lock,
+	.unlock = inproc_unlock,
+	.storev = inproc_storev,
+	.delete_rec = inproc_delete_rec,
+	.exists = inproc_exists,
+	.traverse = inproc_traverse,
+	.seqnum = inproc_seqnum,
+	.transaction = inproc_transaction,
+	.wipe = inproc_wipe,
+	.check = inproc_check,
+	.db_id = inproc_db_id,
+};

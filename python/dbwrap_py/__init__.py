@@ -1,0 +1,41 @@
+"""dbwrap_py: Samba's dbwrap on any database, through Python adapters."""
+
+from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
+from dbwrap_py.errors import (
+    AccessDenied,
+    AdapterContractError,
+    ConfigError,
+    Corruption,
+    DbwrapError,
+    FencedOut,
+    InvalidParameter,
+    LockConflict,
+    NameCollision,
+    NotFound,
+    NotSupported,
+    Timeout,
+    Unavailable,
+    WriteProtected,
+)
+from dbwrap_py.options import Options
+
+__all__ = [
+    "AccessDenied",
+    "Adapter",
+    "AdapterContractError",
+    "Capabilities",
+    "ConfigError",
+    "Corruption",
+    "DatabaseSpec",
+    "DbwrapError",
+    "FencedOut",
+    "InvalidParameter",
+    "LockConflict",
+    "NameCollision",
+    "NotFound",
+    "NotSupported",
+    "Options",
+    "Timeout",
+    "Unavailable",
+    "WriteProtected",
+]

@@ -1,0 +1,160 @@
+"""The adapter API: what a backend must implement, and what it may override.
+
+An adapter instance is one open Samba database in one process. The framework
+(dbwrap_py.database.Database) turns dbwrap's contract into calls on it:
+
+* must implement: ``get``, ``put``, ``remove``, ``scan``, ``lock``, ``unlock``;
+* may override: ``seqnum``, the ``transaction_*`` trio, ``exists``, ``wipe``,
+  ``check``, ``db_id``, ``after_fork``, ``close``;
+* declares: ``capabilities`` and ``option_names``.
+
+The framework derives, so an adapter need not:
+
+* TDB_INSERT / TDB_MODIFY checks (the record is locked when storev runs);
+* re-entrant record locks within one process (``lock`` is called once per key
+  until the last holder in this process lets go), and read-your-writes for the
+  lock holder, because writes reach the adapter at once;
+* nested transactions with tdb's rules (the adapter sees one level);
+* locked records during a read-write traverse;
+* ``exists`` from ``get``, ``wipe`` from ``scan`` + ``remove``, ``check`` from
+  ``scan``, ``db_id`` from the database name.
+
+Errors are raised as the typed exceptions in dbwrap_py.errors.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dbwrap_py.errors import NotSupported
+from dbwrap_py.options import Options
+
+# tdb_flags bits that matter to backends (lib/tdb/include/tdb.h).
+TDB_CLEAR_IF_FIRST = 1
+TDB_INCOMPATIBLE_HASH = 2048
+TDB_SEQNUM = 128
+TDB_VOLATILE = 256
+
+
+@dataclass(frozen=True)
+class DatabaseSpec:
+    """What smbd asked for in db_open(), as the adapter sees it."""
+
+    name: str
+    hash_size: int = 0
+    tdb_flags: int = 0
+    open_flags: int = os.O_RDWR | os.O_CREAT
+    mode: int = 0o600
+    lock_order: int = 0
+    dbwrap_flags: int = 0
+
+    @property
+    def persistent(self) -> bool:
+        """dbwrap's rule: persistent unless opened with TDB_CLEAR_IF_FIRST."""
+        return not self.tdb_flags & TDB_CLEAR_IF_FIRST
+
+    @property
+    def basename(self) -> str:
+        """The file name without directories, e.g. ``locking.tdb``."""
+        return os.path.basename(self.name)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter declares; the conformance suite reports it."""
+
+    transactions: bool = False
+    #: several processes share one database (False for the in-process memory adapter)
+    multi_process: bool = True
+    #: seconds after which a dead holder's lock is gone (0: at once, as with fcntl)
+    lock_release_seconds: float = 0.0
+    #: the largest value the backend stores, None for no limit
+    max_value_size: int | None = None
+    #: things the adapter knowingly does not do, with the reason
+    notes: tuple[str, ...] = field(default=())
+
+
+class Adapter(abc.ABC):
+    """One Samba database on one backend, in one process."""
+
+    capabilities: Capabilities = Capabilities()
+    #: the options this adapter reads; any other option fails the open
+    option_names: tuple[str, ...] = ()
+
+    def __init__(self, spec: DatabaseSpec, options: Options) -> None:
+        self.spec = spec
+        self.options = options
+
+    # -- must implement -------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored under ``key``, or None."""
+
+    @abc.abstractmethod
+    def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``; the caller holds the record lock."""
+
+    @abc.abstractmethod
+    def remove(self, key: bytes) -> bool:
+        """Delete ``key``; return whether it existed. The caller holds the lock."""
+
+    @abc.abstractmethod
+    def scan(self) -> Iterable[tuple[bytes, bytes]]:
+        """Every (key, value) pair, in any order."""
+
+    @abc.abstractmethod
+    def lock(self, key: bytes) -> None:
+        """Take the record lock on ``key`` for this process, waiting if needed.
+
+        It must exclude other processes and be released if this process dies.
+        It may raise Timeout rather than wait forever.
+        """
+
+    @abc.abstractmethod
+    def unlock(self, key: bytes) -> None:
+        """Release the record lock taken by ``lock``."""
+
+    # -- may override ---------------------------------------------------
+
+    def seqnum(self) -> int:
+        """A number that changes on every committed write seen by other processes."""
+        raise NotSupported(f"{type(self).__name__} keeps no sequence number")
+
+    def transaction_start(self, nonblock: bool = False) -> None:
+        """Start a database-wide transaction (persistent databases only).
+
+        With ``nonblock``, raise LockConflict instead of waiting.
+        """
+        raise NotSupported(f"{type(self).__name__} has no transactions")
+
+    def transaction_commit(self) -> None:
+        raise NotSupported(f"{type(self).__name__} has no transactions")
+
+    def transaction_cancel(self) -> None:
+        raise NotSupported(f"{type(self).__name__} has no transactions")
+
+    def exists(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    def wipe(self) -> None:
+        for key, _ in list(self.scan()):
+            self.remove(key)
+
+    def check(self) -> None:
+        """Raise Corruption if the database is inconsistent."""
+        for _ in self.scan():
+            pass
+
+    def db_id(self) -> bytes:
+        """Bytes that identify this database; the watch layer keys on them."""
+        return self.spec.name.encode()
+
+    def after_fork(self) -> None:
+        """Runs in a forked child: drop connections inherited from the parent."""
+
+    def close(self) -> None:
+        """Release what the adapter holds; the database is not used again."""

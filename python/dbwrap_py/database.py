@@ -1,0 +1,255 @@
+"""dbwrap's contract on top of one adapter. This is the object the C bridge calls.
+
+Every public method here is one dbwrap operation; the C side caches them as
+bound methods when the database opens. Each checks what the adapter returned,
+so a wrong type becomes an AdapterContractError (an NTSTATUS), never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterator, Sequence
+
+from dbwrap_py.adapter import Adapter, DatabaseSpec
+from dbwrap_py.errors import (
+    AdapterContractError,
+    ConfigError,
+    NameCollision,
+    NotFound,
+    NotSupported,
+    Unavailable,
+)
+from dbwrap_py.options import Options
+from dbwrap_py.registry import find_adapter
+
+# Store flags (lib/tdb/include/tdb.h); any other value replaces, as in tdb.
+TDB_INSERT = 2
+TDB_MODIFY = 3
+
+_open_databases: "weakref.WeakSet[Database]" = weakref.WeakSet()
+
+
+def _value(result: object, what: str) -> bytes | None:
+    if result is None or type(result) is bytes:
+        return result  # type: ignore[return-value]
+    if isinstance(result, (bytearray, memoryview)):
+        return bytes(result)
+    raise AdapterContractError(f"{what} returned {type(result).__name__}, expected bytes or None")
+
+
+def _pair(item: object, what: str) -> tuple[bytes, bytes]:
+    if not (isinstance(item, tuple) and len(item) == 2):
+        raise AdapterContractError(f"{what} yielded {type(item).__name__}, expected (key, value)")
+    key, value = _value(item[0], what), _value(item[1], what)
+    if key is None or value is None:
+        raise AdapterContractError(f"{what} yielded None in a (key, value) pair")
+    return key, value
+
+
+class Database:
+    """One open database: dbwrap semantics over ``adapter``."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+        self.spec = adapter.spec
+        self._held: dict[bytes, int] = {}  # re-entrant record locks of this process
+        self._txn_depth = 0
+        self._txn_doomed = False
+        self._broken: Exception | None = None
+        self._closed = False
+        _open_databases.add(self)
+
+    # -- records ----------------------------------------------------------
+
+    def fetch(self, key: bytes) -> bytes | None:
+        """parse_record: the value, or None for a missing key."""
+        self._check_usable()
+        return _value(self.adapter.get(key), "get")
+
+    def lock(self, key: bytes) -> bytes | None:
+        """fetch_locked / do_locked: lock the record, then read it."""
+        self._check_usable()
+        held = self._held.get(key, 0)
+        if not held:
+            self.adapter.lock(key)
+        self._held[key] = held + 1
+        try:
+            return _value(self.adapter.get(key), "get")
+        except BaseException:
+            self.unlock(key)
+            raise
+
+    def unlock(self, key: bytes) -> None:
+        """Release one hold; the adapter's lock goes with the last one."""
+        held = self._held.pop(key, 0)
+        if held > 1:
+            self._held[key] = held - 1
+        elif held == 1:
+            self.adapter.unlock(key)
+        # held == 0: a record from before fork(); the child never held that lock.
+
+    def store(self, key: bytes, value: bytes, flag: int) -> None:
+        """storev on a locked record, with tdb's TDB_INSERT/TDB_MODIFY statuses."""
+        self._check_usable()
+        if flag == TDB_INSERT or flag == TDB_MODIFY:
+            exists = self.exists(key)
+            if flag == TDB_INSERT and exists:
+                raise NameCollision("TDB_INSERT on an existing key")
+            if flag == TDB_MODIFY and not exists:
+                raise NotFound("TDB_MODIFY on a missing key")
+        self.adapter.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        """delete_rec on a locked record; NotFound for a missing key, as tdb."""
+        self._check_usable()
+        existed = self.adapter.remove(key)
+        if type(existed) is not bool:
+            raise AdapterContractError(f"remove returned {type(existed).__name__}, expected bool")
+        if not existed:
+            raise NotFound("delete of a missing key")
+
+    def exists(self, key: bytes) -> bool:
+        self._check_usable()
+        result = self.adapter.exists(key)
+        if type(result) is not bool:
+            raise AdapterContractError(f"exists returned {type(result).__name__}, expected bool")
+        return result
+
+    def traverse(self, write: bool) -> Iterator[tuple[bytes, bytes]]:
+        """Every record. With ``write``, each is locked while the caller sees it.
+
+        The read-write form walks a snapshot of the keys, so the callback may
+        delete or store the current record, and skips keys deleted meanwhile.
+        """
+        self._check_usable()
+        try:
+            items = iter(self.adapter.scan())
+        except TypeError:
+            raise AdapterContractError("scan returned something that is not iterable") from None
+        if not write:
+            for item in items:
+                yield _pair(item, "scan")
+            return
+        keys = [_pair(item, "scan")[0] for item in items]
+        for key in keys:
+            value = self.lock(key)
+            try:
+                if value is not None:
+                    yield key, value
+            finally:
+                self.unlock(key)
+
+    # -- database-wide ----------------------------------------------------
+
+    def seqnum(self) -> int:
+        self._check_usable()
+        result = self.adapter.seqnum()
+        if type(result) is not int:
+            raise AdapterContractError(f"seqnum returned {type(result).__name__}, expected int")
+        return result & 0x7FFFFFFF  # dbwrap's get_seqnum returns a C int
+
+    def transaction_start(self, nonblock: bool) -> None:
+        """Nested starts only count, as in tdb; the adapter sees one level."""
+        self._check_usable()
+        if not self.spec.persistent:
+            raise NotSupported("transactions need a persistent database")
+        if self._txn_depth == 0:
+            self.adapter.transaction_start(nonblock)
+            self._txn_doomed = False
+        self._txn_depth += 1
+
+    def transaction_commit(self) -> None:
+        """An inner commit only counts; the outer one fails after an inner cancel."""
+        if self._txn_depth == 0:
+            raise NotSupported("transaction_commit without a transaction")
+        self._txn_depth -= 1
+        if self._txn_depth > 0:
+            return
+        if self._txn_doomed:
+            self.adapter.transaction_cancel()
+            raise NotSupported("a nested transaction was cancelled; the commit is refused")
+        self.adapter.transaction_commit()
+
+    def transaction_cancel(self) -> None:
+        if self._txn_depth == 0:
+            raise NotSupported("transaction_cancel without a transaction")
+        self._txn_depth -= 1
+        if self._txn_depth > 0:
+            self._txn_doomed = True
+            return
+        self.adapter.transaction_cancel()
+
+    def wipe(self) -> None:
+        self._check_usable()
+        self.adapter.wipe()
+
+    def check(self) -> None:
+        self._check_usable()
+        self.adapter.check()
+
+    def db_id(self) -> bytes:
+        result = _value(self.adapter.db_id(), "db_id")
+        if not result:
+            raise AdapterContractError("db_id returned nothing")
+        return result
+
+    def close(self) -> None:
+        """Release this database's record locks, then the adapter (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_databases.discard(self)
+        held, self._held = self._held, {}
+        try:
+            for key in held:
+                self.adapter.unlock(key)
+        finally:
+            self.adapter.close()
+
+    # -- fork -------------------------------------------------------------
+
+    def _after_fork_in_child(self) -> None:
+        # Locks and transactions belong to the parent process, not to us.
+        self._held.clear()
+        self._txn_depth = 0
+        try:
+            self.adapter.after_fork()
+        except Exception as exc:  # reported on the next call, in this process
+            self._broken = exc
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise Unavailable("the database is closed")
+        if self._broken is not None:
+            raise Unavailable(f"after_fork failed: {type(self._broken).__name__}: {self._broken}")
+
+
+def _after_fork_in_child() -> None:
+    for db in list(_open_databases):
+        db._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def open_database(
+    name: str,
+    hash_size: int,
+    tdb_flags: int,
+    open_flags: int,
+    mode: int,
+    lock_order: int,
+    dbwrap_flags: int,
+    adapter_name: str,
+    options: Sequence[str],
+) -> Database:
+    """db_open_py's Python half: find the adapter, check its options, open it."""
+    spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags)
+    parsed = Options.parse(options)
+    cls = find_adapter(adapter_name)
+    try:  # before the adapter exists, so a typo cannot create or wipe anything
+        parsed.declare(cls.option_names)
+    except ConfigError as exc:
+        raise ConfigError(f"adapter {adapter_name!r}: {exc}") from None
+    return Database(cls(spec, parsed))

@@ -1,0 +1,260 @@
+"""The dbwrap_py framework: registry, options, exception mapping, fork hooks.
+
+Adapter-specific behaviour is in test_memory_adapter.py and test_tdb_adapter.py;
+the C bridge's own checks are in tests/c.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dbwrap_py import errors, ntstatus
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, Adapter
+from dbwrap_py.database import Database, open_database
+from dbwrap_py.options import Options
+from dbwrap_py.registry import builtin_names, find_adapter
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+sys.path.insert(0, FIXTURES)
+
+
+def _open(adapter: str, options=(), name="db.tdb", flags=TDB_CLEAR_IF_FIRST) -> Database:
+    return open_database(name, 0, flags, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, adapter, list(options))
+
+
+# -- registry ---------------------------------------------------------------
+
+
+def test_short_names_find_builtin_adapters():
+    assert {"tdb", "memory"} <= set(builtin_names())
+    assert issubclass(find_adapter("memory"), Adapter)
+    assert find_adapter("memory").__module__ == "dbwrap_py.adapters.memory"
+
+
+def test_dotted_path_finds_any_importable_module():
+    cls = find_adapter("dbwrap_py_fixtures.misbehaving")
+    assert cls.__name__ == "MisbehavingAdapter"
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("nosuch", "unknown adapter 'nosuch'"),
+        ("", "no adapter named"),
+        ("dbwrap_py_fixtures.import_error", "failed to import"),
+        ("dbwrap_py.errors", "has no ADAPTER"),
+        ("no_such_package.adapter", "unknown adapter"),
+    ],
+)
+def test_bad_adapter_names_raise_config_error(name, message):
+    with pytest.raises(errors.ConfigError, match=message):
+        find_adapter(name)
+
+
+# -- options ----------------------------------------------------------------
+
+
+def test_options_parse_and_typed_getters():
+    opts = Options.parse(["ttl = 5", "Endpoints=a,b c", "fast=yes", "ratio=0.5"])
+    assert opts.get_int("ttl", 10) == 5
+    assert opts.get_list("endpoints", []) == ["a", "b", "c"]
+    assert opts.get_bool("fast", False) is True
+    assert opts.get_float("ratio", 1.0) == 0.5
+    assert opts.get_int("missing", 7) == 7
+
+
+def test_options_refuse_undeclared_names():
+    opts = Options.parse(["ttl=5"])
+    with pytest.raises(errors.ConfigError, match=r"unknown option\(s\) ttl \(valid: endpoints\)"):
+        opts.declare(["endpoints"])
+    opts = Options.parse(["ttl=5"])
+    opts.declare(["ttl"])
+    assert opts.get_int("ttl", 1) == 5
+    with pytest.raises(errors.AdapterContractError, match="does not declare"):
+        opts.get_str("endpoints", "")
+
+
+@pytest.mark.parametrize(
+    "pairs, getter, message",
+    [
+        (["novalue"], None, "not of the form key=value"),
+        (["=x"], None, "not of the form key=value"),
+        (["ttl=abc"], ("get_int", "ttl", 1), "not a int"),
+        (["ttl=-1"], ("get_int", "ttl", 1, 0), "below the minimum"),
+        (["fast=maybe"], ("get_bool", "fast", False), "not a boolean"),
+    ],
+)
+def test_bad_options_raise_config_error(pairs, getter, message):
+    with pytest.raises(errors.ConfigError, match=message):
+        opts = Options.parse(pairs)
+        if getter:
+            getattr(opts, getter[0])(*getter[1:])
+
+
+def test_unknown_option_fails_open_before_the_adapter_exists(tmp_path):
+    path = tmp_path / "typo.tdb"
+    with pytest.raises(errors.ConfigError, match="unknown option.*typo"):
+        _open("tdb", ["typo=1"], name=str(path))
+    assert not path.exists()
+
+
+# -- exception mapping ------------------------------------------------------
+
+
+def test_every_ntstatus_value_matches_samba():
+    """Our constants against Samba's own nt_errstr() from libsamba-errors."""
+    lib = ctypes.CDLL("libsamba-errors.so.1")
+    lib.nt_errstr.restype = ctypes.c_char_p
+    lib.nt_errstr.argtypes = [ctypes.c_uint32]
+    for value, name in ntstatus.NAMES.items():
+        assert lib.nt_errstr(value).decode() == name
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (errors.NotFound(), ntstatus.NT_STATUS_NOT_FOUND),
+        (errors.NameCollision(), ntstatus.NT_STATUS_OBJECT_NAME_COLLISION),
+        (errors.LockConflict(), ntstatus.NT_STATUS_FILE_LOCK_CONFLICT),
+        (errors.FencedOut(), ntstatus.NT_STATUS_FILE_LOCK_CONFLICT),
+        (errors.Unavailable(), ntstatus.NT_STATUS_DEVICE_NOT_READY),
+        (errors.Timeout(), ntstatus.NT_STATUS_IO_TIMEOUT),
+        (errors.WriteProtected(), ntstatus.NT_STATUS_MEDIA_WRITE_PROTECTED),
+        (errors.NotSupported(), ntstatus.NT_STATUS_NOT_SUPPORTED),
+        (errors.Corruption(), ntstatus.NT_STATUS_INTERNAL_DB_CORRUPTION),
+        (errors.AccessDenied(), ntstatus.NT_STATUS_ACCESS_DENIED),
+        (errors.ConfigError(), ntstatus.NT_STATUS_INVALID_PARAMETER),
+        (errors.AdapterContractError(), ntstatus.NT_STATUS_INTERNAL_DB_ERROR),
+        (MemoryError(), ntstatus.NT_STATUS_NO_MEMORY),
+        (KeyError("x"), ntstatus.NT_STATUS_INTERNAL_DB_ERROR),
+    ],
+)
+def test_exceptions_map_to_ntstatus(exc, expected):
+    assert errors.ntstatus_of(exc) == expected
+
+
+@pytest.mark.parametrize(
+    "rule, call, exc",
+    [
+        ("get:wrongtype", lambda db: db.fetch(b"k"), errors.AdapterContractError),
+        ("get:raise", lambda db: db.fetch(b"k"), RuntimeError),
+        ("get:typed-Timeout", lambda db: db.fetch(b"k"), errors.Timeout),
+        ("remove:wrongtype", lambda db: db.delete(b"k"), errors.AdapterContractError),
+        ("exists:wrongtype", lambda db: db.exists(b"k"), errors.AdapterContractError),
+        ("seqnum:wrongtype", lambda db: db.seqnum(), errors.AdapterContractError),
+        ("scan:wrongtype", lambda db: list(db.traverse(False)), errors.AdapterContractError),
+        ("db_id:none", lambda db: db.db_id(), errors.AdapterContractError),
+        ("scan:none", lambda db: list(db.traverse(True)), errors.AdapterContractError),
+    ],
+)
+def test_contract_violations_become_typed_errors(rule, call, exc):
+    db = _open("dbwrap_py_fixtures.misbehaving", [f"break={rule}"])
+    with pytest.raises(exc):
+        call(db)
+
+
+def test_lock_is_released_when_the_read_after_it_fails():
+    db = _open("dbwrap_py_fixtures.misbehaving", ["break=get:raise"])
+    with pytest.raises(RuntimeError):
+        db.lock(b"k")
+    assert db._held == {}
+
+
+# -- framework-derived semantics --------------------------------------------
+
+
+def test_locks_are_reentrant_per_process():
+    calls = []
+    db = _open("memory")
+    db.adapter.lock = lambda key: calls.append(("lock", key))
+    db.adapter.unlock = lambda key: calls.append(("unlock", key))
+    db.lock(b"k")
+    db.lock(b"k")
+    db.unlock(b"k")
+    assert calls == [("lock", b"k")]
+    db.unlock(b"k")
+    assert calls == [("lock", b"k"), ("unlock", b"k")]
+
+
+def test_close_releases_held_locks_once_and_refuses_later_calls():
+    calls = []
+    db = _open("memory")
+    db.adapter.unlock = lambda key: calls.append(("unlock", key))
+    db.adapter.close = lambda: calls.append(("close",))
+    db.lock(b"a")
+    db.lock(b"a")
+    db.close()
+    db.close()
+    assert calls == [("unlock", b"a"), ("close",)]
+    with pytest.raises(errors.Unavailable, match="closed"):
+        db.fetch(b"a")
+
+
+def test_transactions_need_a_persistent_database():
+    with pytest.raises(errors.NotSupported, match="persistent"):
+        _open("memory").transaction_start(False)
+
+
+# -- fork -------------------------------------------------------------------
+
+
+def test_after_fork_runs_in_the_child_and_drops_held_locks():
+    db = _open("memory")
+    db.lock(b"held")
+    seen = []
+    db.adapter.after_fork = lambda: seen.append(os.getpid())
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = seen == [os.getpid()] and db._held == {}
+        os.write(write_end, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"1"
+    assert seen == []  # not in the parent
+    assert db._held == {b"held": 1}
+
+
+def test_failing_after_fork_makes_the_child_report_unavailable():
+    db = _open("memory")
+
+    def broken():
+        raise OSError("cannot reconnect")
+
+    db.adapter.after_fork = broken
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            db.fetch(b"k")
+            os.write(write_end, b"no error")
+        except errors.Unavailable as exc:
+            os.write(write_end, str(exc).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert b"cannot reconnect" in os.read(read_end, 200)
+    assert db.fetch(b"k") is None  # the parent is unaffected
+
+
+# -- command line -----------------------------------------------------------
+
+
+def test_cli_put_get_dump_on_tdb(tmp_path):
+    path = str(tmp_path / "cli.tdb")
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "dbwrap_py.cli", *a], capture_output=True, text=True
+    )
+    assert run("put", "tdb", path, "k\\x00ey", "value").returncode == 0
+    got = run("get", "tdb", path, "k\\x00ey")
+    assert got.returncode == 0 and got.stdout.strip() == "value"
+    assert run("get", "tdb", path, "other").returncode == 1
+    dump = run("dump", "tdb", path)
+    assert 'key(4) = "k\\x00ey"' in dump.stdout
+    bad = run("get", "nosuch", path, "k")
+    assert bad.returncode == 2 and "NT_STATUS_INVALID_PARAMETER" in bad.stderr

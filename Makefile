@@ -22,7 +22,10 @@ BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 TEST_BIN   := $(BUILD)/test_dbwrap
 
-.PHONY: all deps venv test test-c test-python clean
+BENCH_BIN  := $(BUILD)/bench_bridge
+RESULTS    := results
+
+.PHONY: all deps venv test test-c test-python bench-bridge clean
 
 all: deps venv $(BRIDGE_LIB) $(TEST_BIN)
 
@@ -52,6 +55,12 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB)
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
+$(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		$(SAMBA_LIBS) $(PY_LDFLAGS) \
+		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
 test: all test-c test-python
 
 test-c: venv $(TEST_BIN)
@@ -59,6 +68,11 @@ test-c: venv $(TEST_BIN)
 
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
+
+# Measures only; never part of `make test`.
+bench-bridge: all $(BENCH_BIN)
+	@mkdir -p $(RESULTS)
+	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
 
 clean:
 	rm -rf $(BUILD)

@@ -20,6 +20,7 @@ CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declara
 BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/py_runtime.c c_bridge/log.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
+PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
 TEST_BIN   := $(BUILD)/test_dbwrap
 
 BENCH_BIN  := $(BUILD)/bench_bridge
@@ -27,7 +28,7 @@ RESULTS    := results
 
 .PHONY: all deps venv test test-c test-python bench-bridge clean
 
-all: deps venv $(BRIDGE_LIB) $(TEST_BIN)
+all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -46,6 +47,11 @@ $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \
 		-o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) $(PY_LDFLAGS) -ldl -lpthread
+
+# LD_PRELOAD this into smbd: it takes over db_open (from libsmbconf).
+$(PRELOAD_LIB): c_bridge/preload.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+	$(CC) $(CFLAGS) -shared -o $@ c_bridge/preload.c -L$(BUILD) -ldbwrap_py \
+		-l:libsmbconf.so.0 $(SAMBA_LIBS) -ldl -Wl,-rpath,'$$ORIGIN'
 
 # Links Samba's real dbwrap front end (a private library) against the bridge.
 TEST_SRC := $(wildcard tests/c/*.c)

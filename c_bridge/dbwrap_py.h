@@ -23,4 +23,12 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 			      uint64_t dbwrap_flags, const char *adapter,
 			      const char *const *options);
 
+/*
+ * Where the interpreter finds Python code, before it starts: `venv` replaces
+ * the .venv found next to this library, `module_path` (colon-separated)
+ * adds folders to import adapters from. NULL leaves a setting alone; once
+ * Python runs in the process, later calls change nothing.
+ */
+void dbwrap_py_configure(const char *venv, const char *module_path);
+
 #endif /* DBWRAP_PY_H */

@@ -37,7 +37,23 @@ static struct {
 	PyGILState_STATE fork_gil;
 	PyObject *open_database;  /* dbwrap_py.database.open_database */
 	PyObject *error_base;     /* dbwrap_py.errors.DbwrapError */
+	char venv[PATH_MAX];         /* from dbwrap_py_configure() */
+	char module_path[PATH_MAX];
 } runtime;
+
+void dbwrap_py_configure(const char *venv, const char *module_path)
+{
+	if (runtime.started) {
+		return;
+	}
+	if (venv != NULL) {
+		snprintf(runtime.venv, sizeof(runtime.venv), "%s", venv);
+	}
+	if (module_path != NULL) {
+		snprintf(runtime.module_path, sizeof(runtime.module_path), "%s",
+			 module_path);
+	}
+}
 
 static void atfork_prepare(void)
 {
@@ -93,7 +109,9 @@ static void choose_program(const char *dbname, char *buf, size_t len)
 	char venv[PATH_MAX];
 	struct stat st;
 
-	if (env != NULL && env[0] != '\0') {
+	if (runtime.venv[0] != '\0') {
+		snprintf(venv, sizeof(venv), "%s", runtime.venv);
+	} else if (env != NULL && env[0] != '\0') {
 		snprintf(venv, sizeof(venv), "%s", env);
 	} else if (!venv_next_to_library(venv, sizeof(venv))) {
 		venv[0] = '\0';
@@ -104,8 +122,8 @@ static void choose_program(const char *dbname, char *buf, size_t len)
 			return;
 		}
 		dbwrap_py_log(dbname, "start",
-			      "no venv at %s (set DBWRAP_PY_VENV); using %s",
-			      venv, DBWRAP_PY_PYTHON);
+			      "no venv at %s (set dbwrap_py:venv or "
+			      "DBWRAP_PY_VENV); using %s", venv, DBWRAP_PY_PYTHON);
 	}
 	snprintf(buf, len, "%s", DBWRAP_PY_PYTHON);
 }
@@ -147,10 +165,9 @@ static PyObject *import_attr(const char *module, const char *attr)
 	return result;
 }
 
-/* $DBWRAP_PY_PATH: extra module folders (colon-separated) for adapters */
-static bool add_module_paths(void)
+/* Extra module folders (colon-separated) for adapters, in front of sys.path. */
+static bool add_module_paths_from(const char *env)
 {
-	const char *env = getenv("DBWRAP_PY_PATH");
 	PyObject *sys_path = PySys_GetObject("path"); /* borrowed */
 	PyObject *entries = NULL, *item, *sep;
 	Py_ssize_t i, n;
@@ -177,6 +194,12 @@ static bool add_module_paths(void)
 	}
 	Py_DECREF(entries);
 	return ok;
+}
+
+static bool add_module_paths(void)
+{
+	return add_module_paths_from(getenv("DBWRAP_PY_PATH")) &&
+	       add_module_paths_from(runtime.module_path);
 }
 
 static bool import_framework(const char *dbname)

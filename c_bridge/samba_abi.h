@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <talloc.h>
 #include <tdb.h>
@@ -168,6 +169,13 @@ int dbwrap_transaction_cancel(struct db_context *db);
 size_t dbwrap_db_id(struct db_context *db, uint8_t *id, size_t idlen);
 bool dbwrap_is_persistent(struct db_context *db);
 const char *dbwrap_name(struct db_context *db);
+
+/* loadparm, exported by libsmbconf.so.0 */
+bool lp_parm_bool(int snum, const char *type, const char *option, bool def);
+const char *lp_parm_const_string(int snum, const char *type,
+				 const char *option, const char *def);
+bool lp_use_mmap(void);
+void lp_dump(FILE *f, bool show_defaults, int maxtoprint); /* smb.conf syntax */
 
 /* libsamba-errors.so.1 */
 const char *nt_errstr(NTSTATUS nt_code);

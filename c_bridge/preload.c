@@ -1,0 +1,242 @@
+/*
+ * libdbwrap_py_preload.so: puts chosen databases of an unmodified smbd (or
+ * smbpasswd, net, ...) on dbwrap_py, via LD_PRELOAD.
+ *
+ * Samba reaches every database through db_open(), exported by libsmbconf.
+ * This library defines db_open: a database enabled in smb.conf goes to
+ * db_open_py(), every other one to the real db_open (dlsym RTLD_NEXT).
+ *
+ *   dbwrap_py:module = tdb                  adapter: short name or dotted module
+ *   dbwrap_py:locking.tdb = yes             which databases go through the bridge
+ *   dbwrap_py:<option> = value              adapter option, every database
+ *   dbwrap_py:<db>:<option> = value         adapter option, one database
+ *   dbwrap_py:venv, dbwrap_py:pythonpath    where the bridge finds Python code
+ *
+ * A database routed to the bridge never falls back to tdb: if db_open_py
+ * fails, db_open fails, with errno set and one line in the log.
+ */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dbwrap_py.h"
+#include "log.h"
+
+#define OPTION_PREFIX "dbwrap_py:"
+
+typedef struct db_context *(*db_open_fn)(TALLOC_CTX *, const char *, int, int,
+					 int, mode_t, enum dbwrap_lock_order,
+					 uint64_t);
+
+struct preload_conf {
+	const char *module;
+	const char *venv;
+	const char *pythonpath;
+	const char **options; /* NULL-terminated "key=value" */
+	size_t num_options;
+};
+
+static const char *db_basename(const char *name)
+{
+	const char *slash = strrchr(name, '/');
+
+	return slash != NULL ? slash + 1 : name;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t ls = strlen(s), lx = strlen(suffix);
+
+	return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+/* Set or replace key=value in the option list (later settings win). */
+static bool conf_set_option(struct preload_conf *conf, const char *key,
+			    const char *value)
+{
+	size_t keylen = strlen(key), i;
+	char *pair = talloc_asprintf(conf, "%s=%s", key, value);
+
+	if (pair == NULL) {
+		return false;
+	}
+	for (i = 0; i < conf->num_options; i++) {
+		if (strncmp(conf->options[i], key, keylen) == 0 &&
+		    conf->options[i][keylen] == '=') {
+			conf->options[i] = pair;
+			return true;
+		}
+	}
+	conf->options = talloc_realloc(conf, conf->options, const char *,
+				       conf->num_options + 2);
+	if (conf->options == NULL) {
+		return false;
+	}
+	conf->options[conf->num_options++] = pair;
+	conf->options[conf->num_options] = NULL;
+	return true;
+}
+
+static bool conf_set(struct preload_conf *conf, const char *key,
+		     const char *value)
+{
+	char *copy = talloc_strdup(conf, value);
+
+	if (copy == NULL) {
+		return false;
+	}
+	if (strcmp(key, "module") == 0) {
+		conf->module = copy;
+	} else if (strcmp(key, "venv") == 0) {
+		conf->venv = copy;
+	} else if (strcmp(key, "pythonpath") == 0) {
+		conf->pythonpath = copy;
+	} else {
+		return conf_set_option(conf, key, value);
+	}
+	return true;
+}
+
+/*
+ * One "dbwrap_py:<rest> = value" line. Routing switches (<db>.tdb) are not
+ * options; <db>:<option> applies to that database only, in a second pass.
+ */
+static bool conf_take(struct preload_conf *conf, const char *base,
+		      const char *rest, const char *value, bool per_db_pass)
+{
+	const char *colon = strchr(rest, ':');
+	size_t baselen = strlen(base);
+
+	if (colon == NULL) {
+		if (per_db_pass || ends_with(rest, ".tdb")) {
+			return true;
+		}
+		return conf_set(conf, rest, value);
+	}
+	if (!per_db_pass || (size_t)(colon - rest) != baselen ||
+	    strncasecmp(rest, base, baselen) != 0) {
+		return true;
+	}
+	return conf_set(conf, colon + 1, value);
+}
+
+/* Samba's own view of [global] (includes, registry config) via lp_dump(). */
+static char *global_section(TALLOC_CTX *mem_ctx)
+{
+	char *buf = NULL, *result, *next;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (f == NULL) {
+		return NULL;
+	}
+	lp_dump(f, false, 0);
+	fclose(f);
+	result = talloc_strdup(mem_ctx, buf != NULL ? buf : "");
+	free(buf);
+	if (result != NULL && (next = strstr(result, "\n[")) != NULL &&
+	    (next = strstr(next + 2, "\n[")) != NULL) {
+		*next = '\0'; /* keep [global] only */
+	}
+	return result;
+}
+
+static bool conf_parse(struct preload_conf *conf, const char *base,
+		       bool per_db_pass)
+{
+	char *text = global_section(conf), *line, *save = NULL, *eq;
+
+	if (text == NULL) {
+		return false;
+	}
+	for (line = strtok_r(text, "\n", &save); line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		line += strspn(line, " \t");
+		if (strncmp(line, OPTION_PREFIX, strlen(OPTION_PREFIX)) != 0 ||
+		    (eq = strstr(line, " = ")) == NULL) {
+			continue;
+		}
+		*eq = '\0';
+		if (!conf_take(conf, base, line + strlen(OPTION_PREFIX), eq + 3,
+			       per_db_pass)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The tdb_flags native db_open() would hand to db_open_tdb: robust mutexes. */
+static int native_tdb_flags(const char *base, int tdb_flags)
+{
+	bool try_mutex, require_mutex;
+
+	if (!(tdb_flags & TDB_CLEAR_IF_FIRST)) {
+		return tdb_flags;
+	}
+	try_mutex = lp_parm_bool(-1, "dbwrap_tdb_mutexes", "*", true);
+	try_mutex = lp_parm_bool(-1, "dbwrap_tdb_mutexes", base, try_mutex);
+	if (!lp_use_mmap()) {
+		try_mutex = false; /* mutexes live in the mmap */
+	}
+	if (try_mutex && tdb_runtime_check_for_robust_mutexes()) {
+		tdb_flags |= TDB_MUTEX_LOCKING;
+	}
+	require_mutex = lp_parm_bool(-1, "dbwrap_tdb_require_mutexes", "*", false);
+	require_mutex = lp_parm_bool(-1, "dbwrap_tdb_require_mutexes", base,
+				     require_mutex);
+	return require_mutex ? (tdb_flags | TDB_MUTEX_LOCKING) : tdb_flags;
+}
+
+static struct db_context *preload_open_py(TALLOC_CTX *mem_ctx, const char *name,
+					  int hash_size, int tdb_flags,
+					  int open_flags, mode_t mode,
+					  enum dbwrap_lock_order lock_order,
+					  uint64_t dbwrap_flags)
+{
+	const char *base = db_basename(name);
+	struct preload_conf *conf = talloc_zero(NULL, struct preload_conf);
+	struct db_context *db = NULL;
+	int err = ENOMEM;
+
+	if (conf != NULL && conf_parse(conf, base, false) &&
+	    conf_parse(conf, base, true)) {
+		dbwrap_py_configure(conf->venv, conf->pythonpath);
+		db = db_open_py(mem_ctx, name, hash_size,
+				native_tdb_flags(base, tdb_flags), open_flags,
+				mode, lock_order, dbwrap_flags,
+				conf->module != NULL ? conf->module : "tdb",
+				conf->options);
+		err = errno;
+	} else {
+		dbwrap_py_log(name, "open", "cannot read the dbwrap_py options");
+	}
+	TALLOC_FREE(conf);
+	errno = err;
+	return db;
+}
+
+struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
+			   int hash_size, int tdb_flags, int open_flags,
+			   mode_t mode, enum dbwrap_lock_order lock_order,
+			   uint64_t dbwrap_flags)
+{
+	db_open_fn real_db_open;
+
+	if (name != NULL && lp_parm_bool(-1, "dbwrap_py", db_basename(name), false)) {
+		return preload_open_py(mem_ctx, name, hash_size, tdb_flags,
+				       open_flags, mode, lock_order, dbwrap_flags);
+	}
+	/* looked up per call: db_open is rare, and this keeps no global state */
+	real_db_open = (db_open_fn)dlsym(RTLD_NEXT, "db_open");
+	if (real_db_open == NULL) {
+		dbwrap_py_log(name != NULL ? name : "?", "open",
+			      "the real db_open was not found: %s", dlerror());
+		errno = ENOSYS;
+		return NULL;
+	}
+	return real_db_open(mem_ctx, name, hash_size, tdb_flags, open_flags,
+			    mode, lock_order, dbwrap_flags);
+}

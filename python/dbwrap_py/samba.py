@@ -1,0 +1,254 @@
+"""A throwaway Samba: Debian's smbd on 127.0.0.1, all state under one folder.
+
+Used by the tests, the benchmarks and the demo. It writes an smb.conf with
+private, lock, state and cache directories under a temporary folder, adds a
+test user, serves one share, and puts the chosen databases behind the bridge
+by LD_PRELOADing build/libdbwrap_py_preload.so. smbd runs in its own process
+group, and stop() ends that group by smbd's PID, then removes the folder.
+
+    with ThrowawaySamba(SambaSetup(bridged=VOLATILE_DATABASES)) as samba:
+        samba.run_tool(["smbclient", samba.unc, "-c", "ls"])
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dbwrap_py.paths import preload_library
+
+TEST_USER = "dbwrappy"
+TEST_PASSWORD = "dbwrappy-Pass1"
+SHARE = "test"
+
+#: the databases smbd's parent opens for SMB2 state (reference §2.1)
+VOLATILE_DATABASES = (
+    "locking.tdb",
+    "brlock.tdb",
+    "leases.tdb",
+    "smbXsrv_open_global.tdb",
+    "smbXsrv_session_global.tdb",
+    "smbXsrv_tcon_global.tdb",
+    "smbXsrv_client_global.tdb",
+    "smbXsrv_version_global.tdb",
+)
+PERSISTENT_DATABASES = ("secrets.tdb", "passdb.tdb", "registry.tdb", "share_info.tdb")
+
+
+class SambaError(RuntimeError):
+    """smbd would not start, or a Samba tool failed."""
+
+
+@dataclass
+class SambaSetup:
+    """What the throwaway Samba runs with."""
+
+    #: database file names behind the bridge; empty means all native tdb
+    bridged: Sequence[str] = ()
+    adapter: str = "tdb"
+    #: dbwrap_py:<key> = value lines (adapter options, or <db>:<option>)
+    adapter_options: Mapping[str, str] = field(default_factory=dict)
+    #: more [global] parameters
+    extra_global: Mapping[str, str] = field(default_factory=dict)
+    log_level: int = 1
+    port: int | None = None
+    #: seconds to wait for smbd to listen
+    start_timeout: float = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_test_user() -> None:
+    """The unix account behind the SMB test user (created once, no home)."""
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
+            check=True,
+        )
+
+
+class ThrowawaySamba:
+    def __init__(self, setup: SambaSetup, keep: bool = False) -> None:
+        self.setup = setup
+        self.keep = keep
+        self.port = setup.port or free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="dbwrap_py_samba."))
+        self.conf = self.root / "smb.conf"
+        self.log = self.root / "log.smbd"
+        self.share_path = self.root / SHARE
+        self._smbd: subprocess.Popen | None = None
+
+    # -- addresses ---------------------------------------------------------
+
+    @property
+    def unc(self) -> str:
+        return f"//127.0.0.1/{SHARE}"
+
+    @property
+    def credentials(self) -> str:
+        return f"{TEST_USER}%{TEST_PASSWORD}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for smbd and every Samba tool on this instance."""
+        env = dict(os.environ)
+        if self.setup.bridged:
+            env["LD_PRELOAD"] = str(preload_library())
+        return env
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> "ThrowawaySamba":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        os.chmod(self.root, 0o755)  # the test user must reach the share inside
+        for sub in ("private", "lock", "state", "cache", "run", "ncalrpc", "binddns", SHARE):
+            (self.root / sub).mkdir(mode=0o755, exist_ok=True)
+        os.chmod(self.share_path, 0o777)
+        self.conf.write_text(self.smb_conf())
+        ensure_test_user()
+        self.run_tool(["smbpasswd", "-c", str(self.conf), "-s", "-a", TEST_USER],
+                      input=f"{TEST_PASSWORD}\n{TEST_PASSWORD}\n")
+        self._smbd = subprocess.Popen(
+            ["smbd", "--foreground", "--no-process-group", f"--configfile={self.conf}"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "smbd.stderr", "wb"),
+            start_new_session=True,  # its own process group, ended by its PID
+        )
+        self._wait_listening()
+
+    def stop(self) -> None:
+        """End smbd and everything it forked, by smbd's PID; remove the folder."""
+        if self._smbd is not None:
+            pgid = self._smbd.pid
+            for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(pgid, sig)
+                except ProcessLookupError:
+                    break
+                if self._group_gone(pgid, wait):
+                    break
+            try:
+                self._smbd.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self._smbd = None
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    @staticmethod
+    def _group_gone(pgid: int, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return True
+            try:  # reap smbd itself, so it does not linger as a zombie
+                os.waitpid(pgid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + self.setup.start_timeout
+        while time.monotonic() < deadline:
+            if self._smbd.poll() is not None:
+                raise SambaError(f"smbd exited with {self._smbd.returncode}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise SambaError(f"smbd did not listen on port {self.port}:\n{self.log_tail()}")
+
+    # -- helpers -----------------------------------------------------------
+
+    def run_tool(self, argv: Sequence[str], input: str | None = None,
+                 timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        """Run a Samba tool with this instance's environment (and bridge)."""
+        result = subprocess.run(list(argv), input=input, env=self.env, capture_output=True,
+                                text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise SambaError(f"{' '.join(argv)} failed ({result.returncode}):\n"
+                             f"{result.stdout}{result.stderr}")
+        return result
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = ""
+        for path in (self.log, self.root / "smbd.stderr"):
+            if path.exists():
+                text += path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def smb_conf(self) -> str:
+        r = self.root
+        params = {
+            "netbios name": "DBWRAPPY",
+            "workgroup": "DBWRAPPY",
+            "server role": "standalone server",
+            "interfaces": "127.0.0.1",
+            "bind interfaces only": "yes",
+            "smb ports": str(self.port),
+            "disable netbios": "yes",
+            "private dir": f"{r}/private",
+            "lock directory": f"{r}/lock",
+            "state directory": f"{r}/state",
+            "cache directory": f"{r}/cache",
+            "pid directory": f"{r}/run",
+            "ncalrpc dir": f"{r}/ncalrpc",
+            "binddns dir": f"{r}/binddns",
+            "log file": str(self.log),
+            "max log size": "0",
+            "log level": str(self.setup.log_level),
+            "passdb backend": "tdbsam",
+            "load printers": "no",
+            "printing": "bsd",
+            "printcap name": "/dev/null",
+            "disable spoolss": "yes",
+            "server min protocol": "SMB2_02",
+            # what smbtorture's smb2 suites expect of a test server
+            "kernel oplocks": "no",
+            "kernel share modes": "no",
+            "posix locking": "no",
+            "kernel change notify": "no",
+            "ea support": "yes",
+            "store dos attributes": "yes",
+            "smbd:backgroundqueue": "no",
+        }
+        params.update(self.setup.extra_global)
+        if self.setup.bridged:
+            params["dbwrap_py:module"] = self.setup.adapter
+            for name in self.setup.bridged:
+                params[f"dbwrap_py:{name}"] = "yes"
+            for key, value in self.setup.adapter_options.items():
+                params[f"dbwrap_py:{key}"] = value
+        lines = ["[global]"] + [f"\t{k} = {v}" for k, v in params.items()]
+        lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no", ""]
+        return "\n".join(lines)

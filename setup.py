@@ -5,7 +5,14 @@ folder are installed as dbwrap_py.adapters, so that a short name such as
 "tdb" resolves to dbwrap_py.adapters.tdb.
 """
 
-from setuptools import setup
+from setuptools import Extension, setup
+
+# tdb chainlocks for the tdb adapter (python3-tdb lacks them; ctypes is slow)
+tdb_chainlock = Extension(
+    "dbwrap_py.adapters._tdb_chainlock",
+    sources=["adapters/_tdb_chainlock.c"],
+    libraries=["tdb"],
+)
 
 setup(
     name="dbwrap_py",
@@ -14,5 +21,6 @@ setup(
     python_requires=">=3.11",
     packages=["dbwrap_py", "dbwrap_py.adapters"],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
+    ext_modules=[tdb_chainlock],
     entry_points={"console_scripts": ["dbwrap-py = dbwrap_py.cli:main"]},
 )

@@ -6,11 +6,12 @@ TDB_INCOMPATIBLE_HASH, TDB_MUTEX_LOCKING and the rest of ``tdb_flags`` are
 passed to ``tdb_open`` unchanged, as are ``hash_size``, ``open_flags`` and
 ``mode``.
 
-Record locks are tdb chainlocks, as in native dbwrap_tdb: fcntl locks on the
-key's hash chain, so they exclude other processes, nest within one process and
-vanish when the holder dies. python3-tdb does not offer chainlocks, so they
-are called through ctypes on libtdb.so.1, with the ``struct tdb_context *``
-read out of the python3-tdb object. That read depends on python3-tdb's object
+Record locks are tdb chainlocks, as in native dbwrap_tdb: fcntl locks (or
+robust mutexes, with TDB_MUTEX_LOCKING) on the key's hash chain, so they
+exclude other processes, nest within one process and vanish when the holder
+dies. python3-tdb does not offer chainlocks, so they come from our small C
+extension (adapters/_tdb_chainlock.c; ctypes cost 0.7 us a call), given the
+``struct tdb_context *`` read out of the python3-tdb object. That read depends on python3-tdb's object
 layout (``PyObject_HEAD; TDB_CONTEXT *ctx; bool closed;``); it is checked
 before use (object size, pointer size, and the pointer's ``tdb_name``,
 ``tdb_hash_size`` and ``tdb_get_flags`` must match what python3-tdb reports),
@@ -51,6 +52,8 @@ from dbwrap_py.errors import (
     Unavailable,
 )
 from dbwrap_py.options import Options
+
+from . import _tdb_chainlock
 
 try:
     import tdb as _pytdb
@@ -102,13 +105,6 @@ class _Closed:
         raise Unavailable(f"tdb adapter: {self._name} is closed")
 
 
-class _TdbData(ctypes.Structure):
-    """TDB_DATA, passed by value. ``dptr`` as c_char_p points straight into a
-    bytes object (no copy); ``dsize`` carries the length, so NULs are fine."""
-
-    _fields_ = [("dptr", ctypes.c_char_p), ("dsize", ctypes.c_size_t)]
-
-
 class _TdbDataOut(ctypes.Structure):
     """TDB_DATA as tdb hands it to a traverse callback: a raw pointer to copy from."""
 
@@ -123,8 +119,6 @@ def _load_libtdb():
     # transaction start does not stall the host's other Python threads.
     lib = ctypes.CDLL("libtdb.so.1")
     protos = {
-        "tdb_chainlock": (ctypes.c_int, [ctypes.c_void_p, _TdbData]),
-        "tdb_chainunlock": (ctypes.c_int, [ctypes.c_void_p, _TdbData]),
         "tdb_transaction_start_nonblock": (ctypes.c_int, [ctypes.c_void_p]),
         "tdb_check": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
         "tdb_traverse_read": (ctypes.c_int, [ctypes.c_void_p, _TRAVERSE_FN, ctypes.c_void_p]),
@@ -143,8 +137,8 @@ def _load_libtdb():
 
 
 _lib = _load_libtdb()
-_chainlock = _lib.tdb_chainlock
-_chainunlock = _lib.tdb_chainunlock
+_chainlock = _tdb_chainlock.chainlock
+_chainunlock = _tdb_chainlock.chainunlock
 
 #: python3-tdb's PyTdbObject: PyObject_HEAD (16 bytes on 64-bit), then the context.
 _CTX_OFFSET = 16
@@ -394,12 +388,12 @@ class TdbAdapter(Adapter):
 
     def lock(self, key: bytes) -> None:
         ctx = self._ctx
-        if not ctx or _chainlock(ctx, _TdbData(key, len(key))) != 0:
+        if not ctx or _chainlock(ctx, key) != 0:
             raise self._ctypes_error("tdb_chainlock", LockConflict)
 
     def unlock(self, key: bytes) -> None:
         ctx = self._ctx
-        if not ctx or _chainunlock(ctx, _TdbData(key, len(key))) != 0:
+        if not ctx or _chainunlock(ctx, key) != 0:
             raise self._ctypes_error("tdb_chainunlock", LockConflict)
 
     def _ctypes_error(self, what: str, default: type[DbwrapError]) -> Exception:

@@ -3,7 +3,8 @@
  * Samba's native tdb backend in the same run, through Samba's real dbwrap
  * front end. A benchmark, not a test: it asserts nothing.
  *
- * Usage: bench_bridge [iterations] [results.json]
+ * Usage: bench_bridge [iterations] [results.json|-] [backend]
+ * (one backend only, e.g. under valgrind --tool=callgrind)
  *
  * It also measures the storev design choice: handing the buffers to Python
  * joined into one bytes object (what the bridge does) against a list that
@@ -61,40 +62,64 @@ static void store3_fn(struct db_record *rec, TDB_DATA value, void *private_data)
 	*(NTSTATUS *)private_data = dbwrap_record_storev(rec, bufs, 3, 0);
 }
 
-static double run_op(struct db_context *db, enum op op, int n)
+/* One function per operation, so callgrind can count each on its own. */
+static const TDB_DATA bench_key = { (uint8_t *)"bench-key-0123456789", 20 };
+static uint8_t bench_value[240];
+
+static __attribute__((noinline)) void op_parse(struct db_context *db, int n)
 {
-	uint8_t value[240] = { 0 };
-	TDB_DATA key = { (uint8_t *)"bench-key-0123456789", 20 };
-	TDB_DATA data = { value, sizeof(value) };
 	size_t sink = 0;
-	NTSTATUS status;
-	double start;
 	int i;
 
-	(void)dbwrap_store(db, key, data, 0);
-	start = now_ns();
 	for (i = 0; i < n; i++) {
-		struct db_record *rec;
-
-		switch (op) {
-		case OP_PARSE:
-			(void)dbwrap_parse_record(db, key, parser, &sink);
-			break;
-		case OP_STORE:
-			(void)dbwrap_store(db, key, data, 0);
-			break;
-		case OP_DO_LOCKED_3BUF:
-			(void)dbwrap_do_locked(db, key, store3_fn, &status);
-			break;
-		case OP_FETCH_LOCKED_STORE:
-			rec = dbwrap_fetch_locked(db, NULL, key);
-			(void)dbwrap_record_store(rec, data, 0);
-			TALLOC_FREE(rec);
-			break;
-		default:
-			break;
-		}
+		(void)dbwrap_parse_record(db, bench_key, parser, &sink);
 	}
+}
+
+static __attribute__((noinline)) void op_store(struct db_context *db, int n)
+{
+	TDB_DATA data = { bench_value, sizeof(bench_value) };
+	int i;
+
+	for (i = 0; i < n; i++) {
+		(void)dbwrap_store(db, bench_key, data, 0);
+	}
+}
+
+static __attribute__((noinline)) void op_do_locked_3buf(struct db_context *db, int n)
+{
+	NTSTATUS status;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		(void)dbwrap_do_locked(db, bench_key, store3_fn, &status);
+	}
+}
+
+static __attribute__((noinline)) void op_fetch_locked_store(struct db_context *db, int n)
+{
+	TDB_DATA data = { bench_value, sizeof(bench_value) };
+	struct db_record *rec;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		rec = dbwrap_fetch_locked(db, NULL, bench_key);
+		(void)dbwrap_record_store(rec, data, 0);
+		TALLOC_FREE(rec);
+	}
+}
+
+static void (*const op_fns[NUM_OPS])(struct db_context *, int) = {
+	op_parse, op_store, op_do_locked_3buf, op_fetch_locked_store,
+};
+
+static double run_op(struct db_context *db, enum op op, int n)
+{
+	double start;
+
+	(void)dbwrap_store(db, bench_key, (TDB_DATA) { bench_value, sizeof(bench_value) }, 0);
+	start = now_ns();
+	op_fns[op](db, n);
 	return (now_ns() - start) / n;
 }
 
@@ -102,7 +127,9 @@ static struct db_context *open_backend(TALLOC_CTX *mem, const struct backend *b,
 				       const char *dir)
 {
 	char *path = talloc_asprintf(mem, "%s/%s.tdb", dir, b->name);
-	int flags = TDB_CLEAR_IF_FIRST | TDB_INCOMPATIBLE_HASH | TDB_SEQNUM;
+	/* what smbd's db_open gives locking.tdb: robust mutexes */
+	int flags = TDB_CLEAR_IF_FIRST | TDB_INCOMPATIBLE_HASH | TDB_SEQNUM |
+		    TDB_MUTEX_LOCKING;
 
 	unlink(path);
 	if (b->adapter == NULL) {
@@ -179,7 +206,8 @@ static void bench_storev_choice(int n, double *joined_ns, double *list_ns)
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 20000;
-	const char *json_path = argc > 2 ? argv[2] : NULL;
+	const char *json_path = (argc > 2 && strcmp(argv[2], "-") != 0) ? argv[2] : NULL;
+	const char *only = argc > 3 ? argv[3] : NULL;
 	double ns[NUM_BACKENDS][NUM_OPS], joined_ns, list_ns;
 	char dir[] = "/tmp/dbwrap_py_bench.XXXXXX";
 	TALLOC_CTX *mem = talloc_new(NULL);
@@ -190,9 +218,14 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
+	memset(ns, 0, sizeof(ns));
 	for (b = 0; b < NUM_BACKENDS; b++) {
-		struct db_context *db = open_backend(mem, &backends[b], dir);
+		struct db_context *db;
 
+		if (only != NULL && strcmp(only, backends[b].name) != 0) {
+			continue;
+		}
+		db = open_backend(mem, &backends[b], dir);
 		if (db == NULL) {
 			fprintf(stderr, "cannot open %s\n", backends[b].name);
 			return 1;
@@ -203,7 +236,10 @@ int main(int argc, char **argv)
 		}
 		TALLOC_FREE(db);
 	}
-	bench_storev_choice(n, &joined_ns, &list_ns);
+	joined_ns = list_ns = 0;
+	if (Py_IsInitialized()) { /* a bridged backend ran */
+		bench_storev_choice(n, &joined_ns, &list_ns);
+	}
 
 	printf("%-30s", "ns per call");
 	for (b = 0; b < NUM_BACKENDS; b++) {
@@ -213,7 +249,8 @@ int main(int argc, char **argv)
 	for (op = 0; op < NUM_OPS; op++) {
 		printf("%-30s", op_names[op]);
 		for (b = 0; b < NUM_BACKENDS; b++) {
-			printf(" %10.0f (%5.2fx tdb)", ns[b][op], ns[b][op] / ns[0][op]);
+			printf(" %10.0f (%5.2fx tdb)", ns[b][op],
+			       ns[0][op] > 0 ? ns[b][op] / ns[0][op] : 0.0);
 		}
 		printf("\n");
 	}

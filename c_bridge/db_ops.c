@@ -5,6 +5,13 @@
  * fetch_locked records are talloc children of the caller's context and keep
  * the lock until they are freed; do_locked and traverse records live on the
  * stack for the duration of the callback.
+ *
+ * A plain store inside a do_locked callback is deferred: it is sent with the
+ * unlock, which saves a crossing and shortens the time the lock is held
+ * (g_lock does one such store per call). Until then this process reads it
+ * back from here, and any other operation on the database writes it first,
+ * so nobody can observe the difference except through do_locked's status,
+ * which reports a failed deferred write.
  */
 
 #include <errno.h>
@@ -14,7 +21,15 @@
 #include "log.h"
 #include "transport.h"
 
+struct db_py_deferred {
+	TDB_DATA key;                  /* the do_locked key */
+	TDB_DATA value;                /* talloc'ed on the ctx when pending */
+	bool pending;
+	struct db_py_deferred *outer;  /* an enclosing do_locked on this db */
+};
+
 struct db_py_ctx {
+	struct db_py_deferred *deferred; /* the innermost do_locked, or NULL */
 	const struct dbwrap_py_transport *transport;
 	struct dbwrap_py_db *backend;
 	const char *name;
@@ -31,27 +46,119 @@ static struct db_py_ctx *db_py_ctx(struct db_context *db)
 	return talloc_get_type_abort(db->private_data, struct db_py_ctx);
 }
 
+/* -- deferred do_locked stores -------------------------------------------- */
+
+static bool same_key(TDB_DATA a, TDB_DATA b)
+{
+	return a.dsize == b.dsize &&
+	       (a.dptr == b.dptr || memcmp(a.dptr, b.dptr, a.dsize) == 0);
+}
+
+/* Write the innermost deferred store now: before any other operation. */
+static NTSTATUS db_py_flush(struct db_py_ctx *ctx)
+{
+	struct db_py_deferred *d = ctx->deferred;
+	NTSTATUS status;
+
+	if (d == NULL || !d->pending) {
+		return NT_STATUS_OK;
+	}
+	d->pending = false;
+	status = ctx->transport->storev(ctx->backend, d->key, &d->value, 1, 0);
+	TALLOC_FREE(d->value.dptr);
+	return status;
+}
+
+/* A read of the key whose store is deferred: answered from here. */
+static bool db_py_read_deferred(struct db_py_ctx *ctx, TDB_DATA key,
+				dbwrap_py_value_fn fn, void *private_data)
+{
+	struct db_py_deferred *d = ctx->deferred;
+
+	if (d == NULL || !d->pending || !same_key(d->key, key)) {
+		return false;
+	}
+	fn(d->value, true, private_data);
+	return true;
+}
+
+static NTSTATUS db_py_defer(struct db_py_ctx *ctx, const TDB_DATA *dbufs,
+			    int num_dbufs)
+{
+	struct db_py_deferred *d = ctx->deferred;
+	size_t total = 0, off = 0;
+	uint8_t *buf;
+	int i;
+
+	for (i = 0; i < num_dbufs; i++) {
+		if (total + dbufs[i].dsize < total) {
+			return NT_STATUS_INSUFFICIENT_RESOURCES;
+		}
+		total += dbufs[i].dsize;
+	}
+	buf = talloc_size(ctx, total > 0 ? total : 1);
+	if (buf == NULL) {
+		return NT_STATUS_NO_MEMORY;
+	}
+	for (i = 0; i < num_dbufs; i++) {
+		if (dbufs[i].dsize != 0) {
+			memcpy(buf + off, dbufs[i].dptr, dbufs[i].dsize);
+			off += dbufs[i].dsize;
+		}
+	}
+	TALLOC_FREE(d->value.dptr);
+	d->value = (TDB_DATA) { buf, total };
+	d->pending = true;
+	return NT_STATUS_OK;
+}
+
 /* -- record writes ------------------------------------------------------- */
 
 static NTSTATUS db_py_storev(struct db_record *rec, const TDB_DATA *dbufs,
 			     int num_dbufs, int flag)
 {
 	struct db_py_ctx *ctx = rec->private_data;
+	NTSTATUS status;
 
 	if (ctx->traverse_read_depth > 0) {
 		return NT_STATUS_MEDIA_WRITE_PROTECTED;
+	}
+	status = db_py_flush(ctx);
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
 	}
 	/* value_valid stays false: like tdb, we do not re-read after a store */
 	return ctx->transport->storev(ctx->backend, rec->key, dbufs, num_dbufs,
 				      flag);
 }
 
+/* storev of a do_locked record: plain stores wait for the unlock. */
+static NTSTATUS db_py_do_locked_storev(struct db_record *rec,
+				       const TDB_DATA *dbufs, int num_dbufs,
+				       int flag)
+{
+	struct db_py_ctx *ctx = rec->private_data;
+	bool plain = (flag == 0 || flag == TDB_REPLACE);
+
+	if (ctx->traverse_read_depth == 0 && plain && ctx->deferred != NULL &&
+	    same_key(ctx->deferred->key, rec->key)) {
+		return db_py_defer(ctx, dbufs, num_dbufs);
+	}
+	/* TDB_INSERT/TDB_MODIFY need the adapter's answer now */
+	return db_py_storev(rec, dbufs, num_dbufs, flag);
+}
+
 static NTSTATUS db_py_delete_rec(struct db_record *rec)
 {
 	struct db_py_ctx *ctx = rec->private_data;
+	NTSTATUS status;
 
 	if (ctx->traverse_read_depth > 0) {
 		return NT_STATUS_MEDIA_WRITE_PROTECTED;
+	}
+	status = db_py_flush(ctx);
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
 	}
 	return ctx->transport->delete_rec(ctx->backend, rec->key);
 }
@@ -121,6 +228,9 @@ static struct db_record *db_py_fetch_locked(struct db_context *db,
 	struct db_record *rec;
 	NTSTATUS status;
 
+	if (!NT_STATUS_IS_OK(db_py_flush(ctx))) {
+		return NULL;
+	}
 	rec = talloc(mem_ctx, struct db_record);
 	if (rec == NULL) {
 		return NULL;
@@ -156,9 +266,11 @@ struct db_py_do_locked_state {
 	TDB_DATA key;
 	dbwrap_do_locked_fn fn;
 	void *private_data;
+	struct db_py_deferred *deferred;
 };
 
-static void db_py_do_locked_fn(TDB_DATA value, bool exists, void *private_data)
+static const TDB_DATA *db_py_do_locked_fn(TDB_DATA value, bool exists,
+					   void *private_data)
 {
 	struct db_py_do_locked_state *state = private_data;
 	struct db_record rec;
@@ -166,25 +278,34 @@ static void db_py_do_locked_fn(TDB_DATA value, bool exists, void *private_data)
 	/* dbwrap: "nobody shall assume it's set from within dbwrap_do_locked()" */
 	db_py_init_record(&rec, state->db, state->key, value, true);
 	rec.value_valid = false;
+	rec.storev = db_py_do_locked_storev;
 	state->fn(&rec, value, state->private_data);
+	/* the deferred store, if any, goes with the unlock */
+	return state->deferred->pending ? &state->deferred->value : NULL;
 }
 
 static NTSTATUS db_py_do_locked(struct db_context *db, TDB_DATA key,
 				dbwrap_do_locked_fn fn, void *private_data)
 {
 	struct db_py_ctx *ctx = db_py_ctx(db);
+	struct db_py_deferred deferred = { .key = key, .outer = ctx->deferred };
 	struct db_py_do_locked_state state = {
 		.db = db, .key = key, .fn = fn, .private_data = private_data,
+		.deferred = &deferred,
 	};
 	NTSTATUS status;
 
-	/* The value is passed without a copy; fn runs inside the lock call. */
-	status = ctx->transport->lock(ctx->backend, key, db_py_do_locked_fn,
-				      &state);
+	status = db_py_flush(ctx);
 	if (!NT_STATUS_IS_OK(status)) {
 		return status;
 	}
-	return ctx->transport->unlock(ctx->backend, key);
+	/* The value is passed without a copy; fn runs inside the locked scope. */
+	ctx->deferred = &deferred;
+	status = ctx->transport->locked(ctx->backend, key, db_py_do_locked_fn,
+					&state);
+	ctx->deferred = deferred.outer;
+	TALLOC_FREE(deferred.value.dptr);
+	return status;
 }
 
 /* -- reads ------------------------------------------------------------------ */
@@ -213,23 +334,32 @@ static NTSTATUS db_py_parse_record(struct db_context *db, TDB_DATA key,
 	struct db_py_parse_state state = {
 		.key = key, .parser = parser, .private_data = private_data,
 	};
-	NTSTATUS status;
+	NTSTATUS status = NT_STATUS_OK;
 
-	status = ctx->transport->fetch(ctx->backend, key, db_py_parse_fn,
-				       &state);
+	if (!db_py_read_deferred(ctx, key, db_py_parse_fn, &state)) {
+		status = ctx->transport->fetch(ctx->backend, key,
+					       db_py_parse_fn, &state);
+	}
 	if (!NT_STATUS_IS_OK(status)) {
 		return status;
 	}
 	return state.found ? NT_STATUS_OK : NT_STATUS_NOT_FOUND;
 }
 
+static void db_py_exists_fn(TDB_DATA value, bool exists, void *private_data)
+{
+	*(bool *)private_data = exists;
+}
+
 static int db_py_exists(struct db_context *db, TDB_DATA key)
 {
 	struct db_py_ctx *ctx = db_py_ctx(db);
 	bool exists = false;
-	NTSTATUS status;
+	NTSTATUS status = NT_STATUS_OK;
 
-	status = ctx->transport->exists(ctx->backend, key, &exists);
+	if (!db_py_read_deferred(ctx, key, db_py_exists_fn, &exists)) {
+		status = ctx->transport->exists(ctx->backend, key, &exists);
+	}
 	return (NT_STATUS_IS_OK(status) && exists) ? 1 : 0;
 }
 
@@ -263,6 +393,9 @@ static int db_py_traverse_common(struct db_context *db, dbwrap_traverse_fn f,
 	NTSTATUS status;
 	int count = 0;
 
+	if (!NT_STATUS_IS_OK(db_py_flush(ctx))) {
+		return -1;
+	}
 	if (!writable) {
 		ctx->traverse_read_depth += 1;
 	}
@@ -294,7 +427,10 @@ static int db_py_get_seqnum(struct db_context *db)
 	int seqnum = 0;
 	NTSTATUS status;
 
-	status = ctx->transport->seqnum(ctx->backend, &seqnum);
+	status = db_py_flush(ctx);
+	if (NT_STATUS_IS_OK(status)) {
+		status = ctx->transport->seqnum(ctx->backend, &seqnum);
+	}
 	if (!NT_STATUS_IS_OK(status)) {
 		/*
 		 * Callers compare seqnums to validate caches. A value never
@@ -307,13 +443,18 @@ static int db_py_get_seqnum(struct db_context *db)
 	return seqnum;
 }
 
+static NTSTATUS db_py_transaction_op(struct db_py_ctx *ctx,
+				     enum dbwrap_py_txn_op op)
+{
+	NTSTATUS status = db_py_flush(ctx);
+
+	return NT_STATUS_IS_OK(status)
+		? ctx->transport->transaction(ctx->backend, op) : status;
+}
+
 static int db_py_transaction(struct db_context *db, enum dbwrap_py_txn_op op)
 {
-	struct db_py_ctx *ctx = db_py_ctx(db);
-	NTSTATUS status;
-
-	status = ctx->transport->transaction(ctx->backend, op);
-	return NT_STATUS_IS_OK(status) ? 0 : -1;
+	return NT_STATUS_IS_OK(db_py_transaction_op(db_py_ctx(db), op)) ? 0 : -1;
 }
 
 static int db_py_transaction_start(struct db_context *db)
@@ -323,10 +464,7 @@ static int db_py_transaction_start(struct db_context *db)
 
 static NTSTATUS db_py_transaction_start_nonblock(struct db_context *db)
 {
-	struct db_py_ctx *ctx = db_py_ctx(db);
-
-	return ctx->transport->transaction(ctx->backend,
-					   DBWRAP_PY_TXN_START_NONBLOCK);
+	return db_py_transaction_op(db_py_ctx(db), DBWRAP_PY_TXN_START_NONBLOCK);
 }
 
 static int db_py_transaction_commit(struct db_context *db)
@@ -343,14 +481,16 @@ static int db_py_wipe(struct db_context *db)
 {
 	struct db_py_ctx *ctx = db_py_ctx(db);
 
-	return NT_STATUS_IS_OK(ctx->transport->wipe(ctx->backend)) ? 0 : -1;
+	return (NT_STATUS_IS_OK(db_py_flush(ctx)) &&
+		NT_STATUS_IS_OK(ctx->transport->wipe(ctx->backend))) ? 0 : -1;
 }
 
 static int db_py_check(struct db_context *db)
 {
 	struct db_py_ctx *ctx = db_py_ctx(db);
 
-	return NT_STATUS_IS_OK(ctx->transport->check(ctx->backend)) ? 0 : -1;
+	return (NT_STATUS_IS_OK(db_py_flush(ctx)) &&
+		NT_STATUS_IS_OK(ctx->transport->check(ctx->backend))) ? 0 : -1;
 }
 
 static size_t db_py_id(struct db_context *db, uint8_t *id, size_t idlen)

@@ -7,7 +7,10 @@
  * would be one more file implementing the same table.
  *
  * Values handed to a callback are valid only during that callback, so a
- * transport can pass its own buffers without copying.
+ * transport can pass its own buffers without copying. Callbacks of fetch
+ * and locked are short by dbwrap's rules (they run under a record lock) and
+ * may run inside the transport's own critical section; traverse callbacks
+ * run arbitrary code and must not.
  */
 
 #ifndef DBWRAP_PY_TRANSPORT_H
@@ -33,6 +36,12 @@ struct dbwrap_py_open_args {
 /* Gets a record's value: exists=false for a missing key. */
 typedef void (*dbwrap_py_value_fn)(TDB_DATA value, bool exists,
 				   void *private_data);
+/*
+ * Runs while a record is locked; returns the value to store before the
+ * unlock, or NULL to store nothing.
+ */
+typedef const TDB_DATA *(*dbwrap_py_locked_fn)(TDB_DATA value, bool exists,
+					       void *private_data);
 /* Gets one traversed record; non-zero stops the traverse. */
 typedef int (*dbwrap_py_record_fn)(TDB_DATA key, TDB_DATA value,
 				   void *private_data);
@@ -59,6 +68,13 @@ struct dbwrap_py_transport {
 	NTSTATUS (*lock)(struct dbwrap_py_db *db, TDB_DATA key,
 			 dbwrap_py_value_fn fn, void *private_data);
 	NTSTATUS (*unlock)(struct dbwrap_py_db *db, TDB_DATA key);
+	/*
+	 * do_locked in one scope: lock and read, run fn, then store what fn
+	 * returns together with the unlock. The lock is released even if that
+	 * store fails, and the store's failure is the result.
+	 */
+	NTSTATUS (*locked)(struct dbwrap_py_db *db, TDB_DATA key,
+			   dbwrap_py_locked_fn fn, void *private_data);
 	/* Write a locked record; the buffers form one value. */
 	NTSTATUS (*storev)(struct dbwrap_py_db *db, TDB_DATA key,
 			   const TDB_DATA *dbufs, int num_dbufs, int flag);

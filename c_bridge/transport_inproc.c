@@ -3,10 +3,12 @@
  * Python. Each dbwrap operation is one call of a bound method of the
  * dbwrap_py.database.Database object, cached when the database opens.
  *
- * Every entry takes the GIL and gives it back before returning; it is also
- * released while Samba callbacks run, so the host never runs its own code
- * with the GIL held. Keys cross as bytes (one copy); values come back as
- * bytes that callbacks read in place.
+ * Every entry takes the GIL and gives it back before returning, so it is
+ * never held between dbwrap calls. Short callbacks (parse_record, do_locked)
+ * run with it held: they never block, and re-entering the bridge from them
+ * only bumps PyGILState's counter. Traverse callbacks run arbitrary Samba
+ * code, so the GIL is released around them. Keys cross as bytes (one
+ * copy); values come back as bytes that callbacks read in place.
  */
 
 #include "py_runtime.h" /* Python.h first, as CPython asks */
@@ -86,26 +88,35 @@ static NTSTATUS inproc_call_void(struct dbwrap_py_db *db, enum inproc_method m,
 	return status;
 }
 
-/* Hand a bytes-or-None result to fn, with the GIL released meanwhile. */
+/* The value inside a bytes-or-None result, read in place. */
+static NTSTATUS inproc_value(struct dbwrap_py_db *db, enum inproc_method m,
+			     PyObject *result, TDB_DATA *value, bool *exists)
+{
+	*exists = (result != Py_None);
+	*value = tdb_null;
+	if (*exists && !PyBytes_Check(result)) {
+		return inproc_contract(db, m, "bytes or None", result);
+	}
+	if (*exists) {
+		value->dptr = (uint8_t *)PyBytes_AS_STRING(result);
+		value->dsize = PyBytes_GET_SIZE(result);
+	}
+	return NT_STATUS_OK;
+}
+
+/* Hand a bytes-or-None result to a short callback (GIL held). */
 static NTSTATUS inproc_deliver(struct dbwrap_py_db *db, enum inproc_method m,
 			       PyObject *result, dbwrap_py_value_fn fn,
 			       void *private_data)
 {
-	TDB_DATA value = tdb_null;
-	PyThreadState *ts;
-	bool exists = (result != Py_None);
+	TDB_DATA value;
+	bool exists;
+	NTSTATUS status = inproc_value(db, m, result, &value, &exists);
 
-	if (exists && !PyBytes_Check(result)) {
-		return inproc_contract(db, m, "bytes or None", result);
+	if (NT_STATUS_IS_OK(status)) {
+		fn(value, exists, private_data);
 	}
-	if (exists) {
-		value.dptr = (uint8_t *)PyBytes_AS_STRING(result);
-		value.dsize = PyBytes_GET_SIZE(result);
-	}
-	ts = PyEval_SaveThread();
-	fn(value, exists, private_data);
-	PyEval_RestoreThread(ts);
-	return NT_STATUS_OK;
+	return status;
 }
 
 /* -- open / close ----------------------------------------------------------- */
@@ -275,6 +286,68 @@ static NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 					   : inproc_failed(db, M_UNLOCK);
 
 	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return status;
+}
+
+/* Database.unlock(key[, value]): the end of a do_locked. GIL held. */
+static NTSTATUS inproc_unlock_storing(struct dbwrap_py_db *db, PyObject *pykey,
+				      const TDB_DATA *value)
+{
+	PyObject *args[2] = { pykey, NULL };
+	PyObject *result = NULL;
+	NTSTATUS status;
+
+	if (value != NULL) {
+		args[1] = PyBytes_FromStringAndSize((const char *)value->dptr,
+						    value->dsize);
+	}
+	if (value == NULL || args[1] != NULL) {
+		result = PyObject_Vectorcall(db->methods[M_UNLOCK], args,
+					     value != NULL ? 2 : 1, NULL);
+	}
+	if (result == NULL) {
+		status = py_runtime_status_from_exception(
+			db->name, value != NULL ? "store+unlock" : "unlock");
+	} else {
+		status = NT_STATUS_OK;
+	}
+	Py_XDECREF(result);
+	Py_XDECREF(args[1]);
+	return status;
+}
+
+static NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
+			      dbwrap_py_locked_fn fn, void *private_data)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *pykey = PyBytes_FromStringAndSize((const char *)key.dptr,
+						    key.dsize);
+	PyObject *result = NULL;
+	const TDB_DATA *write = NULL;
+	TDB_DATA value;
+	bool exists;
+	NTSTATUS status;
+
+	if (pykey != NULL) {
+		result = PyObject_CallOneArg(db->methods[M_LOCK], pykey);
+	}
+	if (result == NULL) {
+		/* Database.lock releases the lock itself when it raises */
+		status = inproc_failed(db, M_LOCK);
+	} else {
+		status = inproc_value(db, M_LOCK, result, &value, &exists);
+		if (NT_STATUS_IS_OK(status)) {
+			write = fn(value, exists, private_data);
+		}
+		Py_DECREF(result);
+		/* unlock even after a contract error: the lock is held */
+		NTSTATUS unlocked = inproc_unlock_storing(db, pykey, write);
+		if (NT_STATUS_IS_OK(status)) {
+			status = unlocked;
+		}
+	}
+	Py_XDECREF(pykey);
 	PyGILState_Release(gil);
 	return status;
 }
@@ -524,6 +597,7 @@ const struct dbwrap_py_transport dbwrap_py_transport_inproc = {
 	.fetch = inproc_fetch,
 	.lock = inproc_lock,
 	.unlock = inproc_unlock,
+	.locked = inproc_locked,
 	.storev = inproc_storev,
 	.delete_rec = inproc_delete_rec,
 	.exists = inproc_exists,

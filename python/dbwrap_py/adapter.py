@@ -4,8 +4,8 @@ An adapter instance is one open Samba database in one process. The framework
 (dbwrap_py.database.Database) turns dbwrap's contract into calls on it:
 
 * must implement: ``get``, ``put``, ``remove``, ``scan``, ``lock``, ``unlock``;
-* may override: ``seqnum``, the ``transaction_*`` trio, ``exists``, ``wipe``,
-  ``check``, ``db_id``, ``after_fork``, ``close``;
+* may override: ``put_unlock``, ``seqnum``, the ``transaction_*`` trio,
+  ``exists``, ``wipe``, ``check``, ``db_id``, ``after_fork``, ``close``;
 * declares: ``capabilities`` and ``option_names``.
 
 The framework derives, so an adapter need not:
@@ -119,6 +119,17 @@ class Adapter(abc.ABC):
         """Release the record lock taken by ``lock``."""
 
     # -- may override ---------------------------------------------------
+
+    def put_unlock(self, key: bytes, value: bytes) -> None:
+        """Store, then release the lock: the end of a do_locked that wrote.
+
+        Override to do both in one round trip; the lock must be released
+        even when the write fails.
+        """
+        try:
+            self.put(key, value)
+        finally:
+            self.unlock(key)
 
     def seqnum(self) -> int:
         """A number that changes on every committed write seen by other processes."""

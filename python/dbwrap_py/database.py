@@ -58,40 +58,64 @@ class Database:
         self._txn_doomed = False
         self._broken: Exception | None = None
         self._closed = False
+        # set with _broken/_closed: one test on the hot path
+        self._unusable: Exception | None = None
         _open_databases.add(self)
 
     # -- records ----------------------------------------------------------
 
+    # The record methods run for every dbwrap call: they test usability once
+    # and check types inline rather than through helpers.
+
     def fetch(self, key: bytes) -> bytes | None:
         """parse_record: the value, or None for a missing key."""
-        self._check_usable()
-        return _value(self.adapter.get(key), "get")
+        if self._unusable is not None:
+            raise self._unusable
+        value = self.adapter.get(key)
+        if value is None or type(value) is bytes:
+            return value
+        return _value(value, "get")
 
     def lock(self, key: bytes) -> bytes | None:
         """fetch_locked / do_locked: lock the record, then read it."""
-        self._check_usable()
+        if self._unusable is not None:
+            raise self._unusable
         held = self._held.get(key, 0)
         if not held:
             self.adapter.lock(key)
         self._held[key] = held + 1
         try:
-            return _value(self.adapter.get(key), "get")
+            value = self.adapter.get(key)
+            if value is None or type(value) is bytes:
+                return value
+            return _value(value, "get")
         except BaseException:
             self.unlock(key)
             raise
 
-    def unlock(self, key: bytes) -> None:
-        """Release one hold; the adapter's lock goes with the last one."""
+    def unlock(self, key: bytes, value: bytes | None = None) -> None:
+        """Release one hold; the adapter's lock goes with the last one.
+
+        ``value`` is a store made inside do_locked, which the bridge sends
+        with the unlock: one crossing, and adapters may write and release in
+        one round trip (put_unlock). The lock is released even if it fails.
+        """
         held = self._held.pop(key, 0)
         if held > 1:
             self._held[key] = held - 1
+        if value is None:
+            if held == 1:
+                self.adapter.unlock(key)
+            # held == 0: a record from before fork(); this process never held it
         elif held == 1:
-            self.adapter.unlock(key)
-        # held == 0: a record from before fork(); the child never held that lock.
+            self.adapter.put_unlock(key, value)
+        else:
+            self.adapter.put(key, value)
 
     def store(self, key: bytes, value: bytes, flag: int) -> None:
         """storev on a locked record, with tdb's TDB_INSERT/TDB_MODIFY statuses."""
-        self._check_usable()
+        if self._unusable is not None:
+            raise self._unusable
         if flag == TDB_INSERT or flag == TDB_MODIFY:
             exists = self.exists(key)
             if flag == TDB_INSERT and exists:
@@ -199,6 +223,7 @@ class Database:
         if self._closed:
             return
         self._closed = True
+        self._unusable = Unavailable("the database is closed")
         _open_databases.discard(self)
         held, self._held = self._held, {}
         try:
@@ -217,12 +242,11 @@ class Database:
             self.adapter.after_fork()
         except Exception as exc:  # reported on the next call, in this process
             self._broken = exc
+            self._unusable = Unavailable(f"after_fork failed: {type(exc).__name__}: {exc}")
 
     def _check_usable(self) -> None:
-        if self._closed:
-            raise Unavailable("the database is closed")
-        if self._broken is not None:
-            raise Unavailable(f"after_fork failed: {type(self._broken).__name__}: {self._broken}")
+        if self._unusable is not None:
+            raise self._unusable
 
 
 def _after_fork_in_child() -> None:

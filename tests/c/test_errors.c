@@ -74,8 +74,8 @@ static struct db_context *open_broken(TALLOC_CTX *mem, const char *dir,
 
 /* -- one operation per misbehaviour -------------------------------------------- */
 
-enum op { OP_PARSE, OP_STORE, OP_FETCH_LOCKED, OP_DO_LOCKED, OP_DELETE,
-	  OP_TRAVERSE_READ, OP_TRANSACTION };
+enum op { OP_PARSE, OP_STORE, OP_FETCH_LOCKED, OP_FETCH_LOCKED_STORE,
+	  OP_DO_LOCKED, OP_DELETE, OP_TRAVERSE_READ, OP_TRANSACTION };
 
 struct error_case {
 	const char *rule;        /* break=<method>:<how> */
@@ -98,6 +98,7 @@ static int count_fn(struct db_record *rec, void *private_data)
 static NTSTATUS run_op(struct db_context *db, TALLOC_CTX *mem, enum op op)
 {
 	TDB_DATA key = str_data("k");
+	struct db_record *rec;
 	int count = 0;
 
 	switch (op) {
@@ -108,6 +109,10 @@ static NTSTATUS run_op(struct db_context *db, TALLOC_CTX *mem, enum op op)
 	case OP_FETCH_LOCKED:
 		return dbwrap_fetch_locked(db, mem, key) != NULL
 			? NT_STATUS_OK : NT_STATUS_UNSUCCESSFUL;
+	case OP_FETCH_LOCKED_STORE:
+		rec = dbwrap_fetch_locked(db, mem, key);
+		return rec != NULL ? dbwrap_record_store(rec, str_data("v"), 0)
+				   : NT_STATUS_UNSUCCESSFUL;
 	case OP_DO_LOCKED:
 		return dbwrap_do_locked(db, key, noop_fn, NULL);
 	case OP_DELETE:
@@ -127,8 +132,9 @@ static const struct error_case error_cases[] = {
 	{ "get:typed-Unavailable", OP_PARSE, "fetch", 0xC00000A3, 1 },
 	{ "get:wrongtype", OP_PARSE, "fetch", 0xC0000158, 1 },
 	{ "get:exit", OP_PARSE, "fetch", 0xC0000158, 1 },
-	{ "put:raise", OP_STORE, "store", 0xC0000158, 1 },
-	{ "put:typed-WriteProtected", OP_STORE, "store", 0xC00000A2, 0 },
+	{ "put:raise", OP_STORE, "store+unlock", 0xC0000158, 1 },
+	{ "put:raise", OP_FETCH_LOCKED_STORE, "store", 0xC0000158, 1 },
+	{ "put:typed-WriteProtected", OP_STORE, "store+unlock", 0xC00000A2, 0 },
 	{ "lock:raise", OP_FETCH_LOCKED, "lock", 0xC0000001, 1 },
 	{ "lock:typed-LockConflict", OP_DO_LOCKED, "lock", 0xC0000054, 0 },
 	{ "lock:typed-Timeout", OP_DO_LOCKED, "lock", 0xC00000B5, 1 },
@@ -156,8 +162,7 @@ static enum result test_error_mapping(const struct backend *b, const char *dir)
 		NTSTATUS status;
 
 		CHECK(db != NULL, "open with %s failed", c->rule);
-		if (c->op != OP_STORE && c->op != OP_TRANSACTION &&
-		    strncmp(c->rule, "put", 3) != 0) {
+		if (strncmp(c->rule, "put", 3) != 0) {
 			/* give reads and deletes something to find */
 			(void)dbwrap_store(db, str_data("k"), str_data("v"), 0);
 		}

@@ -26,7 +26,7 @@ TEST_BIN   := $(BUILD)/test_dbwrap
 BENCH_BIN  := $(BUILD)/bench_bridge
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python bench-bridge clean
+.PHONY: all deps venv test test-c test-python test-smb test-torture demo bench-bridge bench-smb clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN)
 
@@ -67,7 +67,7 @@ $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-test: all test-c test-python
+test: all test-c test-python test-smb test-torture
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
@@ -75,10 +75,26 @@ test-c: venv $(TEST_BIN)
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
 
+# The installed smbd and Samba tools on the bridge (needs root, as smbd does).
+test-smb: all
+	$(VPY) -m pytest -q tests/smb
+
+# smbtorture's smb2 suites, native tdb against bridge+tdb, side by side.
+test-torture: all
+	$(VPY) -m dbwrap_py.cli torture
+
+# The main job: a real smbd on the bridge, opens/s against native tdb.
+demo: all
+	@$(VPY) -m dbwrap_py.cli demo
+
 # Measures only; never part of `make test`.
 bench-bridge: all $(BENCH_BIN)
 	@mkdir -p $(RESULTS)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
+
+bench-smb: all
+	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,4,16,64 --time 10 --rounds 2 \
+		--json $(RESULTS)/bench-smb.json
 
 clean:
 	rm -rf $(BUILD)

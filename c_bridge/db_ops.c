@@ -600,6 +600,8 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 		return NULL;
 	}
 
+	dbwrap_py_log_level(DBWRAP_PY_LOG_INFO, db->name, "open",
+			    "adapter %s, %s transport", adapter, transport->name);
 	db->private_data = ctx;
 	db->lock_order = lock_order;
 	db->persistent = (tdb_flags & TDB_CLEAR_IF_FIRST) == 0;

@@ -8,8 +8,9 @@
 #ifndef DBWRAP_PY_LOG_H
 #define DBWRAP_PY_LOG_H
 
-/* Samba debug levels: errors at 0, routine answers (a missing key) at 10 */
+/* Samba debug levels: errors at 0, opens at 3, routine answers (a missing key) at 10 */
 #define DBWRAP_PY_LOG_ERROR 0
+#define DBWRAP_PY_LOG_INFO 3
 #define DBWRAP_PY_LOG_ROUTINE 10
 
 void dbwrap_py_log_level(int level, const char *dbname, const char *op,

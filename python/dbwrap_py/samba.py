@@ -250,5 +250,6 @@ class ThrowawaySamba:
             for key, value in self.setup.adapter_options.items():
                 params[f"dbwrap_py:{key}"] = value
         lines = ["[global]"] + [f"\t{k} = {v}" for k, v in params.items()]
-        lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no", ""]
+        lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no",
+                  "\tvfs objects = streams_xattr", ""]
         return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""SMB-level benchmark: path-contention-shared, native tdb against the bridge.
+
+Both Sambas run at once and the measurements alternate (native, bridge) at
+each point, so the load of this shared machine drifts over both alike. Only
+ratios taken in the same run mean anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
+from dbwrap_py.smbtorture import Rates, path_contention
+
+
+@dataclass
+class Point:
+    mode: str
+    nprocs: int
+    opens_per_second: float
+    closes_per_second: float
+    open_latency_ms: float
+    close_latency_ms: float
+    ok: bool
+
+
+def _point(mode: str, nprocs: int, rates: Rates) -> Point:
+    def mean(xs: list[float]) -> float:
+        xs = xs[1:] if len(xs) > 2 else xs
+        return 1000 * sum(xs) / len(xs) if xs else 0.0
+
+    return Point(mode, nprocs, rates.opens_per_second, rates.closes_per_second,
+                 mean(rates.open_latency), mean(rates.close_latency), rates.ok)
+
+
+def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
+        rounds: int = 1, say=print) -> list[Point]:
+    """Every nprocs point, native then bridge, `rounds` times each."""
+    points: list[Point] = []
+    native_setup = SambaSetup()
+    bridge_setup = SambaSetup(bridged=VOLATILE_DATABASES, adapter=adapter)
+    with ThrowawaySamba(native_setup) as native, ThrowawaySamba(bridge_setup) as bridge:
+        for n in nprocs:
+            for _ in range(rounds):
+                for mode, samba in (("native", native), (f"bridge+{adapter}", bridge)):
+                    point = _point(mode, n, path_contention(samba, n, seconds))
+                    points.append(point)
+                    say(f"  nprocs={n:<3} {mode:<14} {point.opens_per_second:9.0f} opens/s"
+                        f" {point.closes_per_second:9.0f} closes/s"
+                        f"{'' if point.ok else '  (smbtorture reported a failure)'}")
+    return points
+
+
+def summary(points: Sequence[Point]) -> list[dict]:
+    """Per nprocs: mean opens/s of each mode and the bridge/native ratio."""
+    rows = []
+    for n in sorted({p.nprocs for p in points}):
+        native = [p.opens_per_second for p in points if p.nprocs == n and p.mode == "native"]
+        bridge = [p.opens_per_second for p in points if p.nprocs == n and p.mode != "native"]
+        native_mean = sum(native) / len(native)
+        bridge_mean = sum(bridge) / len(bridge)
+        rows.append({
+            "nprocs": n,
+            "native_opens_per_second": round(native_mean),
+            "bridge_opens_per_second": round(bridge_mean),
+            "ratio": round(bridge_mean / native_mean, 3) if native_mean else 0.0,
+        })
+    return rows
+
+
+def print_summary(rows: Sequence[dict], adapter: str, say=print) -> None:
+    say(f"\n{'nprocs':>6} {'native opens/s':>15} {f'bridge+{adapter}':>15} {'ratio':>7}")
+    for row in rows:
+        say(f"{row['nprocs']:>6} {row['native_opens_per_second']:>15} "
+            f"{row['bridge_opens_per_second']:>15} {row['ratio']:>7.2f}")
+
+
+def write_json(path: Path, points: Sequence[Point], rows: Sequence[dict], seconds: int,
+               adapter: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "benchmark": "smb2.bench.path-contention-shared",
+        "adapter": adapter,
+        "seconds_per_point": seconds,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        "points": [asdict(p) for p in points],
+        "summary": list(rows),
+    }, indent=2) + "\n")

@@ -17,7 +17,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
-BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/py_runtime.c c_bridge/log.c
+BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/inproc_records.c c_bridge/py_runtime.c c_bridge/log.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so

@@ -21,12 +21,25 @@
 #include "log.h"
 #include "transport.h"
 
+/* g_lock records are a few hundred bytes: keep those off the heap */
+#define DEFERRED_INLINE 512
+
 struct db_py_deferred {
 	TDB_DATA key;                  /* the do_locked key */
-	TDB_DATA value;                /* talloc'ed on the ctx when pending */
+	TDB_DATA value;                /* inline, or talloc'ed on the ctx */
 	bool pending;
 	struct db_py_deferred *outer;  /* an enclosing do_locked on this db */
+	uint8_t inline_buf[DEFERRED_INLINE];
 };
+
+static void db_py_deferred_clear(struct db_py_deferred *d)
+{
+	if (d->value.dptr != d->inline_buf) {
+		TALLOC_FREE(d->value.dptr);
+	}
+	d->value = tdb_null;
+	d->pending = false;
+}
 
 struct db_py_ctx {
 	struct db_py_deferred *deferred; /* the innermost do_locked, or NULL */
@@ -63,9 +76,8 @@ static NTSTATUS db_py_flush(struct db_py_ctx *ctx)
 	if (d == NULL || !d->pending) {
 		return NT_STATUS_OK;
 	}
-	d->pending = false;
 	status = ctx->transport->storev(ctx->backend, d->key, &d->value, 1, 0);
-	TALLOC_FREE(d->value.dptr);
+	db_py_deferred_clear(d);
 	return status;
 }
 
@@ -96,7 +108,9 @@ static NTSTATUS db_py_defer(struct db_py_ctx *ctx, const TDB_DATA *dbufs,
 		}
 		total += dbufs[i].dsize;
 	}
-	buf = talloc_size(ctx, total > 0 ? total : 1);
+	db_py_deferred_clear(d);
+	buf = (total <= sizeof(d->inline_buf)) ? d->inline_buf
+					       : talloc_size(ctx, total);
 	if (buf == NULL) {
 		return NT_STATUS_NO_MEMORY;
 	}
@@ -106,7 +120,6 @@ static NTSTATUS db_py_defer(struct db_py_ctx *ctx, const TDB_DATA *dbufs,
 			off += dbufs[i].dsize;
 		}
 	}
-	TALLOC_FREE(d->value.dptr);
 	d->value = (TDB_DATA) { buf, total };
 	d->pending = true;
 	return NT_STATUS_OK;
@@ -304,7 +317,7 @@ static NTSTATUS db_py_do_locked(struct db_context *db, TDB_DATA key,
 	status = ctx->transport->locked(ctx->backend, key, db_py_do_locked_fn,
 					&state);
 	ctx->deferred = deferred.outer;
-	TALLOC_FREE(deferred.value.dptr);
+	db_py_deferred_clear(&deferred);
 	return status;
 }
 

@@ -1,7 +1,8 @@
 /*
  * The in-process transport: the adapter runs in this process's embedded
- * Python. Each dbwrap operation is one call of a bound method of the
- * dbwrap_py.database.Database object, cached when the database opens.
+ * Python. Each dbwrap operation is a call of a bound method cached when the
+ * database opens: the hot record operations call the adapter directly
+ * (inproc_records.c), the rest the dbwrap_py.database.Database object.
  *
  * Every entry takes the GIL and gives it back before returning, so it is
  * never held between dbwrap calls. Short callbacks (parse_record, do_locked)
@@ -11,19 +12,11 @@
  * copy); values come back as bytes that callbacks read in place.
  */
 
-#include "py_runtime.h" /* Python.h first, as CPython asks */
+#include "inproc.h"
 
 #include "log.h"
-#include "transport.h"
 
-enum inproc_method {
-	M_FETCH, M_LOCK, M_UNLOCK, M_STORE, M_DELETE, M_EXISTS, M_TRAVERSE,
-	M_SEQNUM, M_TXN_START, M_TXN_COMMIT, M_TXN_CANCEL, M_WIPE, M_CHECK,
-	M_DB_ID, M_CLOSE, M_COUNT
-};
-
-static const char *const method_names[M_COUNT] = {
-	[M_FETCH] = "fetch", [M_LOCK] = "lock", [M_UNLOCK] = "unlock",
+const char *const inproc_method_names[M_COUNT] = {
 	[M_STORE] = "store", [M_DELETE] = "delete", [M_EXISTS] = "exists",
 	[M_TRAVERSE] = "traverse", [M_SEQNUM] = "seqnum",
 	[M_TXN_START] = "transaction_start",
@@ -32,34 +25,42 @@ static const char *const method_names[M_COUNT] = {
 	[M_CHECK] = "check", [M_DB_ID] = "db_id", [M_CLOSE] = "close",
 };
 
-struct dbwrap_py_db {
-	const char *name;
-	PyObject *database;
-	PyObject *methods[M_COUNT];
+const char *const inproc_adapter_method_names[A_COUNT] = {
+	[A_GET] = "get", [A_LOCK_GET] = "lock_get", [A_UNLOCK] = "unlock",
+	[A_PUT] = "put", [A_PUT_UNLOCK] = "put_unlock",
 };
 
 /* -- helpers ---------------------------------------------------------------- */
 
-static NTSTATUS inproc_failed(struct dbwrap_py_db *db, enum inproc_method m)
+NTSTATUS inproc_failed(struct dbwrap_py_db *db, const char *op)
 {
-	return py_runtime_status_from_exception(db->name, method_names[m]);
+	return py_runtime_status_from_exception(db->name, op);
 }
 
-static NTSTATUS inproc_contract(struct dbwrap_py_db *db, enum inproc_method m,
-				const char *expected, PyObject *got)
+NTSTATUS inproc_contract(struct dbwrap_py_db *db, const char *op,
+			 const char *expected, PyObject *got)
 {
-	dbwrap_py_log(db->name, method_names[m],
+	dbwrap_py_log(db->name, op,
 		      "adapter returned %s, expected %s (NTSTATUS 0x%08x)",
 		      Py_TYPE(got)->tp_name, expected,
 		      (unsigned)NT_STATUS_V(NT_STATUS_INTERNAL_DB_ERROR));
 	return NT_STATUS_INTERNAL_DB_ERROR;
 }
 
-static PyObject *inproc_call_key(struct dbwrap_py_db *db,
-				 enum inproc_method m, TDB_DATA key)
+PyObject *inproc_bytes(TDB_DATA data)
 {
-	PyObject *pykey = PyBytes_FromStringAndSize((const char *)key.dptr,
-						    key.dsize);
+	return PyBytes_FromStringAndSize((const char *)data.dptr, data.dsize);
+}
+
+static NTSTATUS method_failed(struct dbwrap_py_db *db, enum inproc_method m)
+{
+	return inproc_failed(db, inproc_method_names[m]);
+}
+
+static PyObject *call_key(struct dbwrap_py_db *db, enum inproc_method m,
+			  TDB_DATA key)
+{
+	PyObject *pykey = inproc_bytes(key);
 	PyObject *result;
 
 	if (pykey == NULL) {
@@ -70,53 +71,47 @@ static PyObject *inproc_call_key(struct dbwrap_py_db *db,
 	return result;
 }
 
-/* Call for its effect only: None or anything else counts as success. */
-static NTSTATUS inproc_call_void(struct dbwrap_py_db *db, enum inproc_method m,
-				 PyObject *arg)
+/* Call for its effect only: any result counts as success. */
+static NTSTATUS call_void(struct dbwrap_py_db *db, enum inproc_method m,
+			  PyObject *arg)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	PyObject *result = (arg != NULL)
 		? PyObject_CallOneArg(db->methods[m], arg)
 		: PyObject_CallNoArgs(db->methods[m]);
-	NTSTATUS status = NT_STATUS_OK;
+	NTSTATUS status = (result != NULL) ? NT_STATUS_OK : method_failed(db, m);
 
-	if (result == NULL) {
-		status = inproc_failed(db, m);
-	}
 	Py_XDECREF(result);
 	PyGILState_Release(gil);
 	return status;
 }
 
-/* The value inside a bytes-or-None result, read in place. */
-static NTSTATUS inproc_value(struct dbwrap_py_db *db, enum inproc_method m,
-			     PyObject *result, TDB_DATA *value, bool *exists)
+/* One copy; measured cheaper than passing a list (make bench-bridge). */
+PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs)
 {
-	*exists = (result != Py_None);
-	*value = tdb_null;
-	if (*exists && !PyBytes_Check(result)) {
-		return inproc_contract(db, m, "bytes or None", result);
-	}
-	if (*exists) {
-		value->dptr = (uint8_t *)PyBytes_AS_STRING(result);
-		value->dsize = PyBytes_GET_SIZE(result);
-	}
-	return NT_STATUS_OK;
-}
+	PyObject *value;
+	size_t total = 0;
+	char *dst;
+	int i;
 
-/* Hand a bytes-or-None result to a short callback (GIL held). */
-static NTSTATUS inproc_deliver(struct dbwrap_py_db *db, enum inproc_method m,
-			       PyObject *result, dbwrap_py_value_fn fn,
-			       void *private_data)
-{
-	TDB_DATA value;
-	bool exists;
-	NTSTATUS status = inproc_value(db, m, result, &value, &exists);
-
-	if (NT_STATUS_IS_OK(status)) {
-		fn(value, exists, private_data);
+	for (i = 0; i < num_dbufs; i++) {
+		if (total + dbufs[i].dsize < total) {
+			return PyErr_NoMemory();
+		}
+		total += dbufs[i].dsize;
 	}
-	return status;
+	value = PyBytes_FromStringAndSize(NULL, total);
+	if (value == NULL) {
+		return NULL;
+	}
+	dst = PyBytes_AS_STRING(value);
+	for (i = 0; i < num_dbufs; i++) {
+		if (dbufs[i].dsize != 0) {
+			memcpy(dst, dbufs[i].dptr, dbufs[i].dsize);
+			dst += dbufs[i].dsize;
+		}
+	}
+	return value;
 }
 
 /* -- open / close ----------------------------------------------------------- */
@@ -125,18 +120,24 @@ static int inproc_db_destructor(struct dbwrap_py_db *db)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	PyObject *result;
-	int m;
+	int i;
 
 	if (db->methods[M_CLOSE] != NULL) {
 		result = PyObject_CallNoArgs(db->methods[M_CLOSE]);
 		if (result == NULL) {
-			(void)inproc_failed(db, M_CLOSE);
+			(void)method_failed(db, M_CLOSE);
 		}
 		Py_XDECREF(result);
 	}
-	for (m = 0; m < M_COUNT; m++) {
-		Py_CLEAR(db->methods[m]);
+	for (i = 0; i < M_COUNT; i++) {
+		Py_CLEAR(db->methods[i]);
 	}
+	for (i = 0; i < A_COUNT; i++) {
+		Py_CLEAR(db->adapter[i]);
+	}
+	Py_CLEAR(db->held);
+	Py_CLEAR(db->attrs);
+	Py_CLEAR(db->unusable);
 	Py_CLEAR(db->database);
 	PyGILState_Release(gil);
 	return 0;
@@ -178,16 +179,41 @@ static PyObject *inproc_open_database(const struct dbwrap_py_open_args *a)
 	return result;
 }
 
-static bool inproc_bind_methods(struct dbwrap_py_db *db)
+static bool bind_all(PyObject *obj, const char *const *names, PyObject **out,
+		     int count)
 {
-	int m;
+	int i;
 
-	for (m = 0; m < M_COUNT; m++) {
-		db->methods[m] = PyObject_GetAttrString(db->database,
-							method_names[m]);
-		if (db->methods[m] == NULL) {
+	for (i = 0; i < count; i++) {
+		out[i] = PyObject_GetAttrString(obj, names[i]);
+		if (out[i] == NULL) {
 			return false;
 		}
+	}
+	return true;
+}
+
+static bool inproc_bind(struct dbwrap_py_db *db)
+{
+	PyObject *adapter = PyObject_GetAttrString(db->database, "adapter");
+	bool ok;
+
+	ok = adapter != NULL &&
+	     bind_all(db->database, inproc_method_names, db->methods, M_COUNT) &&
+	     bind_all(adapter, inproc_adapter_method_names, db->adapter, A_COUNT);
+	Py_XDECREF(adapter);
+	if (!ok) {
+		return false;
+	}
+	db->held = PyObject_GetAttrString(db->database, "_held");
+	db->attrs = PyObject_GenericGetDict(db->database, NULL);
+	db->unusable = PyUnicode_InternFromString("_unusable");
+	if (db->held == NULL || db->attrs == NULL || db->unusable == NULL) {
+		return false;
+	}
+	if (!PyDict_Check(db->held) || !PyDict_Check(db->attrs)) {
+		PyErr_SetString(PyExc_TypeError, "Database._held or __dict__ is not a dict");
+		return false;
 	}
 	return true;
 }
@@ -211,7 +237,7 @@ static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 
 	gil = PyGILState_Ensure();
 	db->database = inproc_open_database(args);
-	if (db->database == NULL || !inproc_bind_methods(db)) {
+	if (db->database == NULL || !inproc_bind(db)) {
 		status = py_runtime_status_from_exception(db->name, "open");
 	}
 	PyGILState_Release(gil);
@@ -225,192 +251,14 @@ static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 	return NT_STATUS_OK;
 }
 
-/* -- records ---------------------------------------------------------------- */
-
-static NTSTATUS inproc_read(struct dbwrap_py_db *db, enum inproc_method m,
-			    TDB_DATA key, dbwrap_py_value_fn fn,
-			    void *private_data)
-{
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = inproc_call_key(db, m, key);
-	NTSTATUS status;
-
-	if (result == NULL) {
-		status = inproc_failed(db, m);
-	} else {
-		status = inproc_deliver(db, m, result, fn, private_data);
-		Py_DECREF(result);
-	}
-	PyGILState_Release(gil);
-	return status;
-}
-
-static NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
-			     dbwrap_py_value_fn fn, void *private_data)
-{
-	return inproc_read(db, M_FETCH, key, fn, private_data);
-}
-
-static NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
-			    dbwrap_py_value_fn fn, void *private_data)
-{
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = inproc_call_key(db, M_LOCK, key);
-	PyObject *unlocked;
-	NTSTATUS status;
-
-	if (result == NULL) {
-		/* Database.lock releases the lock itself when it raises */
-		status = inproc_failed(db, M_LOCK);
-	} else {
-		status = inproc_deliver(db, M_LOCK, result, fn, private_data);
-		Py_DECREF(result);
-		if (!NT_STATUS_IS_OK(status)) {
-			/* locked, but the value was unusable: let go */
-			unlocked = inproc_call_key(db, M_UNLOCK, key);
-			if (unlocked == NULL) {
-				(void)inproc_failed(db, M_UNLOCK);
-			}
-			Py_XDECREF(unlocked);
-		}
-	}
-	PyGILState_Release(gil);
-	return status;
-}
-
-static NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
-{
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = inproc_call_key(db, M_UNLOCK, key);
-	NTSTATUS status = (result != NULL) ? NT_STATUS_OK
-					   : inproc_failed(db, M_UNLOCK);
-
-	Py_XDECREF(result);
-	PyGILState_Release(gil);
-	return status;
-}
-
-/* Database.unlock(key[, value]): the end of a do_locked. GIL held. */
-static NTSTATUS inproc_unlock_storing(struct dbwrap_py_db *db, PyObject *pykey,
-				      const TDB_DATA *value)
-{
-	PyObject *args[2] = { pykey, NULL };
-	PyObject *result = NULL;
-	NTSTATUS status;
-
-	if (value != NULL) {
-		args[1] = PyBytes_FromStringAndSize((const char *)value->dptr,
-						    value->dsize);
-	}
-	if (value == NULL || args[1] != NULL) {
-		result = PyObject_Vectorcall(db->methods[M_UNLOCK], args,
-					     value != NULL ? 2 : 1, NULL);
-	}
-	if (result == NULL) {
-		status = py_runtime_status_from_exception(
-			db->name, value != NULL ? "store+unlock" : "unlock");
-	} else {
-		status = NT_STATUS_OK;
-	}
-	Py_XDECREF(result);
-	Py_XDECREF(args[1]);
-	return status;
-}
-
-static NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
-			      dbwrap_py_locked_fn fn, void *private_data)
-{
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *pykey = PyBytes_FromStringAndSize((const char *)key.dptr,
-						    key.dsize);
-	PyObject *result = NULL;
-	const TDB_DATA *write = NULL;
-	TDB_DATA value;
-	bool exists;
-	NTSTATUS status;
-
-	if (pykey != NULL) {
-		result = PyObject_CallOneArg(db->methods[M_LOCK], pykey);
-	}
-	if (result == NULL) {
-		/* Database.lock releases the lock itself when it raises */
-		status = inproc_failed(db, M_LOCK);
-	} else {
-		status = inproc_value(db, M_LOCK, result, &value, &exists);
-		if (NT_STATUS_IS_OK(status)) {
-			write = fn(value, exists, private_data);
-		}
-		Py_DECREF(result);
-		/* unlock even after a contract error: the lock is held */
-		NTSTATUS unlocked = inproc_unlock_storing(db, pykey, write);
-		if (NT_STATUS_IS_OK(status)) {
-			status = unlocked;
-		}
-	}
-	Py_XDECREF(pykey);
-	PyGILState_Release(gil);
-	return status;
-}
-
-/* The buffers joined into one bytes object: one copy, measured cheaper than a list. */
-static PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs)
-{
-	PyObject *value;
-	size_t total = 0;
-	char *dst;
-	int i;
-
-	for (i = 0; i < num_dbufs; i++) {
-		if (total + dbufs[i].dsize < total) {
-			return PyErr_NoMemory();
-		}
-		total += dbufs[i].dsize;
-	}
-	value = PyBytes_FromStringAndSize(NULL, total);
-	if (value == NULL) {
-		return NULL;
-	}
-	dst = PyBytes_AS_STRING(value);
-	for (i = 0; i < num_dbufs; i++) {
-		if (dbufs[i].dsize != 0) {
-			memcpy(dst, dbufs[i].dptr, dbufs[i].dsize);
-			dst += dbufs[i].dsize;
-		}
-	}
-	return value;
-}
-
-static NTSTATUS inproc_storev(struct dbwrap_py_db *db, TDB_DATA key,
-			      const TDB_DATA *dbufs, int num_dbufs, int flag)
-{
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *args[3] = { NULL, NULL, NULL };
-	PyObject *result = NULL;
-	NTSTATUS status = NT_STATUS_OK;
-
-	args[0] = PyBytes_FromStringAndSize((const char *)key.dptr, key.dsize);
-	args[1] = inproc_join(dbufs, num_dbufs);
-	args[2] = PyLong_FromLong(flag);
-	if (args[0] != NULL && args[1] != NULL && args[2] != NULL) {
-		result = PyObject_Vectorcall(db->methods[M_STORE], args, 3, NULL);
-	}
-	if (result == NULL) {
-		status = inproc_failed(db, M_STORE);
-	}
-	Py_XDECREF(result);
-	Py_XDECREF(args[0]);
-	Py_XDECREF(args[1]);
-	Py_XDECREF(args[2]);
-	PyGILState_Release(gil);
-	return status;
-}
+/* -- deletes and existence ---------------------------------------------------- */
 
 static NTSTATUS inproc_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = inproc_call_key(db, M_DELETE, key);
+	PyObject *result = call_key(db, M_DELETE, key);
 	NTSTATUS status = (result != NULL) ? NT_STATUS_OK
-					   : inproc_failed(db, M_DELETE);
+					   : method_failed(db, M_DELETE);
 
 	Py_XDECREF(result);
 	PyGILState_Release(gil);
@@ -421,13 +269,13 @@ static NTSTATUS inproc_exists(struct dbwrap_py_db *db, TDB_DATA key,
 			      bool *exists)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = inproc_call_key(db, M_EXISTS, key);
+	PyObject *result = call_key(db, M_EXISTS, key);
 	NTSTATUS status = NT_STATUS_OK;
 
 	if (result == NULL) {
-		status = inproc_failed(db, M_EXISTS);
+		status = method_failed(db, M_EXISTS);
 	} else if (!PyBool_Check(result)) {
-		status = inproc_contract(db, M_EXISTS, "bool", result);
+		status = inproc_contract(db, "exists", "bool", result);
 	} else {
 		*exists = (result == Py_True);
 	}
@@ -467,7 +315,7 @@ static NTSTATUS inproc_walk(struct dbwrap_py_db *db, PyObject *iter,
 
 	while ((item = PyIter_Next(iter)) != NULL) {
 		if (!inproc_split_pair(item, &key, &value)) {
-			NTSTATUS status = inproc_contract(db, M_TRAVERSE,
+			NTSTATUS status = inproc_contract(db, "traverse",
 							  "(bytes, bytes)", item);
 			Py_DECREF(item);
 			return status;
@@ -481,7 +329,7 @@ static NTSTATUS inproc_walk(struct dbwrap_py_db *db, PyObject *iter,
 			return NT_STATUS_OK;
 		}
 	}
-	return PyErr_Occurred() ? inproc_failed(db, M_TRAVERSE) : NT_STATUS_OK;
+	return PyErr_Occurred() ? method_failed(db, M_TRAVERSE) : NT_STATUS_OK;
 }
 
 static NTSTATUS inproc_traverse(struct dbwrap_py_db *db, bool write,
@@ -495,15 +343,15 @@ static NTSTATUS inproc_traverse(struct dbwrap_py_db *db, bool write,
 	PyObject *closed;
 
 	if (iter == NULL) {
-		status = inproc_failed(db, M_TRAVERSE);
+		status = method_failed(db, M_TRAVERSE);
 	} else if (!PyIter_Check(iter)) {
-		status = inproc_contract(db, M_TRAVERSE, "an iterator", iter);
+		status = inproc_contract(db, "traverse", "an iterator", iter);
 	} else {
 		status = inproc_walk(db, iter, fn, private_data, count);
 		/* releases the lock of the record the walk stopped on */
 		closed = PyObject_CallMethod(iter, "close", NULL);
 		if (closed == NULL && NT_STATUS_IS_OK(status)) {
-			status = inproc_failed(db, M_TRAVERSE);
+			status = method_failed(db, M_TRAVERSE);
 		}
 		Py_XDECREF(closed);
 		PyErr_Clear();
@@ -523,15 +371,15 @@ static NTSTATUS inproc_seqnum(struct dbwrap_py_db *db, int *seqnum)
 	long value;
 
 	if (result == NULL) {
-		status = inproc_failed(db, M_SEQNUM);
+		status = method_failed(db, M_SEQNUM);
 	} else if (!PyLong_Check(result)) {
-		status = inproc_contract(db, M_SEQNUM, "int", result);
+		status = inproc_contract(db, "seqnum", "int", result);
 	} else {
 		value = PyLong_AsLong(result);
 		if ((value == -1 && PyErr_Occurred()) || value < 0 ||
 		    value > INT32_MAX) {
 			PyErr_Clear();
-			status = inproc_contract(db, M_SEQNUM,
+			status = inproc_contract(db, "seqnum",
 						 "an int in 0..2^31-1", result);
 		} else {
 			*seqnum = (int)value;
@@ -547,25 +395,25 @@ static NTSTATUS inproc_transaction(struct dbwrap_py_db *db,
 {
 	switch (op) {
 	case DBWRAP_PY_TXN_START:
-		return inproc_call_void(db, M_TXN_START, Py_False);
+		return call_void(db, M_TXN_START, Py_False);
 	case DBWRAP_PY_TXN_START_NONBLOCK:
-		return inproc_call_void(db, M_TXN_START, Py_True);
+		return call_void(db, M_TXN_START, Py_True);
 	case DBWRAP_PY_TXN_COMMIT:
-		return inproc_call_void(db, M_TXN_COMMIT, NULL);
+		return call_void(db, M_TXN_COMMIT, NULL);
 	case DBWRAP_PY_TXN_CANCEL:
-		return inproc_call_void(db, M_TXN_CANCEL, NULL);
+		return call_void(db, M_TXN_CANCEL, NULL);
 	}
 	return NT_STATUS_INVALID_PARAMETER;
 }
 
 static NTSTATUS inproc_wipe(struct dbwrap_py_db *db)
 {
-	return inproc_call_void(db, M_WIPE, NULL);
+	return call_void(db, M_WIPE, NULL);
 }
 
 static NTSTATUS inproc_check(struct dbwrap_py_db *db)
 {
-	return inproc_call_void(db, M_CHECK, NULL);
+	return call_void(db, M_CHECK, NULL);
 }
 
 static NTSTATUS inproc_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
@@ -576,9 +424,9 @@ static NTSTATUS inproc_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 	NTSTATUS status = NT_STATUS_OK;
 
 	if (result == NULL) {
-		status = inproc_failed(db, M_DB_ID);
+		status = method_failed(db, M_DB_ID);
 	} else if (!PyBytes_Check(result) || PyBytes_GET_SIZE(result) == 0) {
-		status = inproc_contract(db, M_DB_ID, "non-empty bytes", result);
+		status = inproc_contract(db, "db_id", "non-empty bytes", result);
 	} else {
 		*idlen = PyBytes_GET_SIZE(result);
 		*id = talloc_memdup(mem_ctx, PyBytes_AS_STRING(result), *idlen);

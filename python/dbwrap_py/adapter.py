@@ -4,7 +4,7 @@ An adapter instance is one open Samba database in one process. The framework
 (dbwrap_py.database.Database) turns dbwrap's contract into calls on it:
 
 * must implement: ``get``, ``put``, ``remove``, ``scan``, ``lock``, ``unlock``;
-* may override: ``put_unlock``, ``seqnum``, the ``transaction_*`` trio,
+* may override: ``lock_get``, ``put_unlock``, ``seqnum``, the ``transaction_*`` trio,
   ``exists``, ``wipe``, ``check``, ``db_id``, ``after_fork``, ``close``;
 * declares: ``capabilities`` and ``option_names``.
 
@@ -119,6 +119,19 @@ class Adapter(abc.ABC):
         """Release the record lock taken by ``lock``."""
 
     # -- may override ---------------------------------------------------
+
+    def lock_get(self, key: bytes) -> bytes | None:
+        """Lock, then read: the start of fetch_locked and do_locked.
+
+        Override to do both in one round trip; the lock must not stay held
+        when the read fails.
+        """
+        self.lock(key)
+        try:
+            return self.get(key)
+        except BaseException:
+            self.unlock(key)
+            raise
 
     def put_unlock(self, key: bytes, value: bytes) -> None:
         """Store, then release the lock: the end of a do_locked that wrote.

@@ -81,13 +81,11 @@ class Database:
         if self._unusable is not None:
             raise self._unusable
         held = self._held.get(key, 0)
-        if not held:
-            self.adapter.lock(key)
+        value = self.adapter.get(key) if held else self.adapter.lock_get(key)
         self._held[key] = held + 1
+        if value is None or type(value) is bytes:
+            return value
         try:
-            value = self.adapter.get(key)
-            if value is None or type(value) is bytes:
-                return value
             return _value(value, "get")
         except BaseException:
             self.unlock(key)
@@ -225,7 +223,8 @@ class Database:
         self._closed = True
         self._unusable = Unavailable("the database is closed")
         _open_databases.discard(self)
-        held, self._held = self._held, {}
+        held = list(self._held)
+        self._held.clear()
         try:
             for key in held:
                 self.adapter.unlock(key)

@@ -251,5 +251,5 @@ class ThrowawaySamba:
                 params[f"dbwrap_py:{key}"] = value
         lines = ["[global]"] + [f"\t{k} = {v}" for k, v in params.items()]
         lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no",
-                  "\tvfs objects = streams_xattr", ""]
+                  "\tvfs objects = acl_xattr streams_xattr", ""]
         return "\n".join(lines)

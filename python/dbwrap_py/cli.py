@@ -119,7 +119,6 @@ def _cmd_samba(args: argparse.Namespace) -> int:
               f"  smb.conf {samba.conf}\n  log {samba.log}\n"
               f"  bridged: {', '.join(bridged) or 'nothing (native tdb)'}\n"
               f"Ctrl-C stops it and removes {samba.root}", flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             signal.pause()
         except KeyboardInterrupt:
@@ -235,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM ends a command like Ctrl-C does, so every smbd it started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -37,7 +37,7 @@ deps:
 # installed editable, so the bridge always runs the checkout's code.
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_chainlock.c | deps
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .
 	$(VPY) -m pip install -q -r tests/requirements.txt

@@ -9,9 +9,12 @@ passed to ``tdb_open`` unchanged, as are ``hash_size``, ``open_flags`` and
 Record locks are tdb chainlocks, as in native dbwrap_tdb: fcntl locks (or
 robust mutexes, with TDB_MUTEX_LOCKING) on the key's hash chain, so they
 exclude other processes, nest within one process and vanish when the holder
-dies. python3-tdb does not offer chainlocks, so they come from our small C
-extension (adapters/_tdb_chainlock.c; ctypes cost 0.7 us a call), given the
-``struct tdb_context *`` read out of the python3-tdb object. That read depends on python3-tdb's object
+dies. python3-tdb does not offer chainlocks, so the record operations (get,
+put, lock, unlock, lock_get, put_unlock) come from our small C extension
+(adapters/_tdb_records.c), given the ``struct tdb_context *`` read out of the
+python3-tdb object. The adapter installs that object's bound methods as its
+own, so the bridge calls libtdb with no Python frame in between: an SMB2 open
+and close make about twenty such calls (make bench-bridge, bench-smb). That read depends on python3-tdb's object
 layout (``PyObject_HEAD; TDB_CONTEXT *ctx; bool closed;``); it is checked
 before use (object size, pointer size, and the pointer's ``tdb_name``,
 ``tdb_hash_size`` and ``tdb_get_flags`` must match what python3-tdb reports),
@@ -53,7 +56,7 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.options import Options
 
-from . import _tdb_chainlock
+from . import _tdb_records
 
 try:
     import tdb as _pytdb
@@ -89,6 +92,8 @@ _ERROR_CLASSES: dict[int, type[DbwrapError]] = {
     TDB_ERR_NESTING: NotSupported,
 }
 _LOCK_ERRORS = (TDB_ERR_LOCK, TDB_ERR_NOLOCK, TDB_ERR_LOCK_TIMEOUT)
+#: what _tdb_records raises: by tdb error code, -1 once the adapter is closed
+_RECORD_ERRORS = {**_ERROR_CLASSES, **{code: LockConflict for code in _LOCK_ERRORS}, -1: Unavailable}
 
 
 class _Closed:
@@ -137,8 +142,6 @@ def _load_libtdb():
 
 
 _lib = _load_libtdb()
-_chainlock = _tdb_chainlock.chainlock
-_chainunlock = _tdb_chainlock.chainunlock
 
 #: python3-tdb's PyTdbObject: PyObject_HEAD (16 bytes on 64-bit), then the context.
 _CTX_OFFSET = 16
@@ -312,7 +315,14 @@ class TdbAdapter(Adapter):
         if not spec.name:
             raise ConfigError("tdb adapter: no file name")
         self._handle: _Handle | None = _acquire(spec)
+        self._records = _tdb_records.Records(0, _RECORD_ERRORS, DbwrapError)
         self._refresh()
+        # The hot path in C: these bound methods replace the class's ones
+        # below (which say the same in Python) for this instance.
+        records = self._records
+        self.get, self.put = records.get, records.put
+        self.lock, self.unlock = records.lock, records.unlock
+        self.lock_get, self.put_unlock = records.lock_get, records.put_unlock
 
     def _refresh(self) -> None:
         handle = self._handle
@@ -322,26 +332,35 @@ class TdbAdapter(Adapter):
         else:
             self._db = handle.db
             self._ctx = handle.ctx
+        self._records.context = self._ctx  # reopened after fork, or 0: closed
 
     # -- records ----------------------------------------------------------
 
+    # The record operations; __init__ installs their C versions on the instance.
+
     def get(self, key: bytes) -> bytes | None:
-        try:
-            return self._db.get(key)
-        except RuntimeError as exc:
-            raise _tdb_error(exc, "tdb_fetch") from exc
+        return self._records.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._records.put(key, value)
+
+    def lock(self, key: bytes) -> None:
+        self._records.lock(key)
+
+    def unlock(self, key: bytes) -> None:
+        self._records.unlock(key)
+
+    def lock_get(self, key: bytes) -> bytes | None:
+        return self._records.lock_get(key)
+
+    def put_unlock(self, key: bytes, value: bytes) -> None:
+        self._records.put_unlock(key, value)
 
     def exists(self, key: bytes) -> bool:
         try:
             return key in self._db
         except RuntimeError as exc:
             raise _tdb_error(exc, "tdb_exists") from exc
-
-    def put(self, key: bytes, value: bytes) -> None:
-        try:
-            self._db.store(key, value, _pytdb.REPLACE)
-        except RuntimeError as exc:
-            raise _tdb_error(exc, "tdb_store") from exc
 
     def remove(self, key: bytes) -> bool:
         try:
@@ -385,38 +404,6 @@ class TdbAdapter(Adapter):
         if result < 0:
             raise self._ctypes_error("tdb_traverse_read", Unavailable)
         return iter(records)
-
-    def lock(self, key: bytes) -> None:
-        ctx = self._ctx
-        if not ctx or _chainlock(ctx, key) != 0:
-            raise self._ctypes_error("tdb_chainlock", LockConflict)
-
-    def unlock(self, key: bytes) -> None:
-        ctx = self._ctx
-        if not ctx or _chainunlock(ctx, key) != 0:
-            raise self._ctypes_error("tdb_chainunlock", LockConflict)
-
-    # lock_get and put_unlock: the hot path of every do_locked, one frame each
-
-    def lock_get(self, key: bytes) -> bytes | None:
-        ctx = self._ctx
-        if not ctx or _chainlock(ctx, key) != 0:
-            raise self._ctypes_error("tdb_chainlock", LockConflict)
-        try:
-            return self._db.get(key)
-        except RuntimeError as exc:
-            _chainunlock(ctx, key)
-            raise _tdb_error(exc, "tdb_fetch") from exc
-
-    def put_unlock(self, key: bytes, value: bytes) -> None:
-        ctx = self._ctx
-        try:
-            self._db.store(key, value, _pytdb.REPLACE)
-        except RuntimeError as exc:
-            raise _tdb_error(exc, "tdb_store") from exc
-        finally:
-            if ctx:
-                _chainunlock(ctx, key)
 
     def _ctypes_error(self, what: str, default: type[DbwrapError]) -> Exception:
         ctx = self._ctx

@@ -157,62 +157,67 @@ static PyObject *records_lock(struct dbwrap_py_db *db, PyObject *pykey,
 	return value;
 }
 
-static void deliver(PyObject *value, dbwrap_py_value_fn fn, void *private_data)
+/* A bytes-or-None value, read in place. */
+static TDB_DATA value_data(PyObject *value)
 {
-	TDB_DATA data = tdb_null;
-
-	if (value != Py_None) {
-		data = (TDB_DATA) { (uint8_t *)PyBytes_AS_STRING(value),
-				    PyBytes_GET_SIZE(value) };
+	if (value == Py_None) {
+		return tdb_null;
 	}
-	fn(data, value != Py_None, private_data);
+	return (TDB_DATA) { (uint8_t *)PyBytes_AS_STRING(value),
+			    PyBytes_GET_SIZE(value) };
 }
 
-NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
-		      dbwrap_py_value_fn fn, void *private_data)
+/* Database.fetch: read without locking. */
+static PyObject *records_fetch(struct dbwrap_py_db *db, PyObject *pykey,
+			       NTSTATUS *status)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *pykey = inproc_bytes(key), *value = NULL;
-	NTSTATUS status = NT_STATUS_OK;
+	PyObject *result;
 
-	if (pykey == NULL || !records_usable(db)) {
-		status = inproc_failed(db, "fetch");
-	} else {
-		value = PyObject_CallOneArg(db->adapter[A_GET], pykey);
-		if (value == NULL) {
-			status = inproc_failed(db, "fetch");
-		} else {
-			value = records_value(db, "fetch", value, &status);
-		}
+	if (!records_usable(db) ||
+	    (result = PyObject_CallOneArg(db->adapter[A_GET], pykey)) == NULL) {
+		*status = inproc_failed(db, "fetch");
+		return NULL;
 	}
-	if (value != NULL) {
-		deliver(value, fn, private_data);
-		Py_DECREF(value);
-	}
-	Py_XDECREF(pykey);
-	PyGILState_Release(gil);
-	return status;
+	return records_value(db, "fetch", result, status);
 }
 
-NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
-		     dbwrap_py_value_fn fn, void *private_data)
+typedef PyObject *(*records_reader)(struct dbwrap_py_db *db, PyObject *pykey,
+				    NTSTATUS *status);
+
+/* Read with `reader` and hand the value to a short callback (GIL held). */
+static NTSTATUS records_read(struct dbwrap_py_db *db, TDB_DATA key,
+			     records_reader reader, const char *op,
+			     dbwrap_py_value_fn fn, void *private_data)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	PyObject *pykey = inproc_bytes(key), *value = NULL;
 	NTSTATUS status = NT_STATUS_OK;
 
 	if (pykey == NULL) {
-		status = inproc_failed(db, "lock");
+		status = inproc_failed(db, op);
 	} else {
-		value = records_lock(db, pykey, &status);
+		value = reader(db, pykey, &status);
 	}
 	if (value != NULL) {
-		deliver(value, fn, private_data);
+		fn(value_data(value), value != Py_None, private_data);
 		Py_DECREF(value);
 	}
 	Py_XDECREF(pykey);
 	PyGILState_Release(gil);
 	return status;
+}
+
+NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
+		      dbwrap_py_value_fn fn, void *private_data)
+{
+	return records_read(db, key, records_fetch, "fetch", fn, private_data);
+}
+
+/* fetch_locked: the record stays locked until inproc_unlock. */
+NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
+		     dbwrap_py_value_fn fn, void *private_data)
+{
+	return records_read(db, key, records_lock, "lock", fn, private_data);
 }
 
 NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
@@ -234,7 +239,6 @@ NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
 	PyGILState_STATE gil = PyGILState_Ensure();
 	PyObject *pykey = inproc_bytes(key), *value = NULL, *pywrite = NULL;
 	const TDB_DATA *write = NULL;
-	TDB_DATA data = tdb_null;
 	NTSTATUS status = NT_STATUS_OK, unlocked;
 
 	if (pykey == NULL) {
@@ -243,11 +247,7 @@ NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
 		value = records_lock(db, pykey, &status);
 	}
 	if (value != NULL) {
-		if (value != Py_None) {
-			data = (TDB_DATA) { (uint8_t *)PyBytes_AS_STRING(value),
-					    PyBytes_GET_SIZE(value) };
-		}
-		write = fn(data, value != Py_None, private_data);
+		write = fn(value_data(value), value != Py_None, private_data);
 		Py_DECREF(value);
 		if (write != NULL && (pywrite = inproc_bytes(*write)) == NULL) {
 			status = inproc_failed(db, "store+unlock");

@@ -114,7 +114,7 @@ def _cmd_samba(args: argparse.Namespace) -> int:
     setup = SambaSetup(bridged=bridged, adapter=args.adapter,
                        adapter_options=_adapter_options(args.option), port=args.port)
     with ThrowawaySamba(setup) as samba:
-        print(f"smbd pid {samba._smbd.pid} on 127.0.0.1:{samba.port}\n"
+        print(f"smbd pid {samba.pid} on 127.0.0.1:{samba.port}\n"
               f"  share {samba.unc}, user {samba.credentials}\n"
               f"  smb.conf {samba.conf}\n  log {samba.log}\n"
               f"  bridged: {', '.join(bridged) or 'nothing (native tdb)'}\n"

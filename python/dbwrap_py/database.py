@@ -56,9 +56,9 @@ class Database:
         self._held: dict[bytes, int] = {}  # re-entrant record locks of this process
         self._txn_depth = 0
         self._txn_doomed = False
-        self._broken: Exception | None = None
         self._closed = False
-        # set with _broken/_closed: one test on the hot path
+        # why this database cannot be used (closed, failed after_fork), or
+        # None; one test on the hot path, also read by the C bridge
         self._unusable: Exception | None = None
         _open_databases.add(self)
 
@@ -240,7 +240,6 @@ class Database:
         try:
             self.adapter.after_fork()
         except Exception as exc:  # reported on the next call, in this process
-            self._broken = exc
             self._unusable = Unavailable(f"after_fork failed: {type(exc).__name__}: {exc}")
 
     def _check_usable(self) -> None:

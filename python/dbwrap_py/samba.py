@@ -92,12 +92,21 @@ class ThrowawaySamba:
         self.log = self.root / "log.smbd"
         self.share_path = self.root / SHARE
         self._smbd: subprocess.Popen | None = None
+        self._smbd_stderr = None
 
     # -- addresses ---------------------------------------------------------
 
     @property
     def unc(self) -> str:
         return f"//127.0.0.1/{SHARE}"
+
+    @property
+    def pid(self) -> int | None:
+        """smbd's PID (and process group) while it runs."""
+        return self._smbd.pid if self._smbd is not None else None
+
+    def running(self) -> bool:
+        return self._smbd is not None and self._smbd.poll() is None
 
     @property
     def credentials(self) -> str:
@@ -133,11 +142,12 @@ class ThrowawaySamba:
         ensure_test_user()
         self.run_tool(["smbpasswd", "-c", str(self.conf), "-s", "-a", TEST_USER],
                       input=f"{TEST_PASSWORD}\n{TEST_PASSWORD}\n")
+        self._smbd_stderr = open(self.root / "smbd.stderr", "wb")
         self._smbd = subprocess.Popen(
             ["smbd", "--foreground", "--no-process-group", f"--configfile={self.conf}"],
             env=self.env,
             stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "smbd.stderr", "wb"),
+            stderr=self._smbd_stderr,
             start_new_session=True,  # its own process group, ended by its PID
         )
         self._wait_listening()
@@ -158,6 +168,9 @@ class ThrowawaySamba:
             except subprocess.TimeoutExpired:
                 pass
             self._smbd = None
+        if self._smbd_stderr is not None:
+            self._smbd_stderr.close()
+            self._smbd_stderr = None
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -86,7 +86,7 @@ def test_adapter_exception_reaches_the_client_and_the_log(tmp_path):
         assert "NT_STATUS_" in broken.stdout + broken.stderr
         log = samba.log.read_text(errors="replace")
         assert re.search(r"dbwrap_py: db=\S+ op=lock: RuntimeError: injected failure", log), log[-3000:]
-        assert samba._smbd.poll() is None, "smbd died"
+        assert samba.running(), "smbd died"
         trigger.unlink()
         mended = smbclient(samba, "put /etc/hostname after; ls")
         assert mended.returncode == 0 and "after" in mended.stdout
@@ -118,7 +118,7 @@ def test_misconfiguration_stops_smbd_with_a_clear_log_line(adapter, options, mes
 def test_stop_leaves_no_smbd():
     with ThrowawaySamba(SambaSetup(bridged=VOLATILE_DATABASES)) as samba:
         assert smbclient(samba, "ls").returncode == 0  # a forked child per client
-        pgid = samba._smbd.pid
+        pgid = samba.pid
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)  # signal 0: does the group still exist?
 

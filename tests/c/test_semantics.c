@@ -78,6 +78,67 @@ static enum result test_do_locked1(const struct backend *b, const char *dir)
 	return PASS;
 }
 
+/* -- a sequence of writes inside one do_locked ---------------------------------- */
+
+/*
+ * The bridge defers a plain store made inside do_locked until the unlock;
+ * this sequence must still behave exactly as on native tdb, where every
+ * write lands at once.
+ */
+struct write_sequence {
+	struct db_context *db;
+	NTSTATUS s1, s2, insert, del, s3, parse1, parse2, parse3;
+	TDB_DATA read1, read2;
+	bool exists;
+};
+
+static void write_sequence_fn(struct db_record *rec, TDB_DATA value,
+			      void *private_data)
+{
+	struct write_sequence *w = private_data;
+
+	w->s1 = dbwrap_record_store(rec, str_data("first"), 0);
+	w->parse1 = dbwrap_parse_record(w->db, rec->key, copy_parser, &w->read1);
+	w->s2 = dbwrap_record_store(rec, str_data("second"), TDB_REPLACE);
+	w->exists = dbwrap_exists(w->db, rec->key);
+	w->parse2 = dbwrap_parse_record(w->db, rec->key, copy_parser, &w->read2);
+	w->insert = dbwrap_record_store(rec, str_data("never"), TDB_INSERT);
+	w->del = dbwrap_record_delete(rec);
+	w->parse3 = dbwrap_parse_record(w->db, rec->key, NULL, NULL);
+	w->s3 = dbwrap_record_store(rec, str_data("third"), 0);
+}
+
+static enum result test_write_sequence(const struct backend *b, const char *dir)
+{
+	TALLOC_CTX *mem = talloc_new(NULL);
+	struct db_context *db = open_db(mem, b, dir, "seq.tdb", VOLATILE_FLAGS,
+					DBWRAP_LOCK_ORDER_1);
+	struct write_sequence w = { .db = db };
+	TDB_DATA key = str_data("seqkey"), got;
+
+	CHECK(db != NULL, "open failed");
+	CHECK_STATUS(dbwrap_do_locked(db, key, write_sequence_fn, &w), NT_STATUS_OK);
+	CHECK_STATUS(w.s1, NT_STATUS_OK);
+	CHECK_STATUS(w.parse1, NT_STATUS_OK);
+	CHECK(w.read1.dsize == 5 && memcmp(w.read1.dptr, "first", 5) == 0,
+	      "first store not read back");
+	CHECK_STATUS(w.s2, NT_STATUS_OK);
+	CHECK(w.exists, "exists() missed the store made inside do_locked");
+	CHECK(w.read2.dsize == 6 && memcmp(w.read2.dptr, "second", 6) == 0,
+	      "second store not read back");
+	CHECK_STATUS(w.insert, NT_STATUS_OBJECT_NAME_COLLISION);
+	CHECK_STATUS(w.del, NT_STATUS_OK);
+	CHECK_STATUS(w.parse3, NT_STATUS_NOT_FOUND);
+	CHECK_STATUS(w.s3, NT_STATUS_OK);
+	CHECK_STATUS(dbwrap_fetch(db, mem, key, &got), NT_STATUS_OK);
+	CHECK(got.dsize == 5 && memcmp(got.dptr, "third", 5) == 0,
+	      "the last store did not land");
+	talloc_free(w.read1.dptr);
+	talloc_free(w.read2.dptr);
+	talloc_free(mem);
+	return PASS;
+}
+
 /* -- LOCAL-RBTREE: flag statuses, 999 keys, traverse counts ------------------- */
 
 static int count_fn(struct db_record *rec, void *private_data)
@@ -352,6 +413,7 @@ static enum result test_binary(const struct backend *b, const char *dir)
 
 const struct test_case semantics_tests[] = {
 	{ "DO-LOCKED1 (+ read-your-writes)", test_do_locked1 },
+	{ "write sequence inside do_locked", test_write_sequence },
 	{ "RBTREE (flags, 999 keys, traverse)", test_rbtree },
 	{ "traverse_read protection, early stop", test_traverse_rules },
 	{ "fetch_locked missing key, lifetime", test_fetch_locked },

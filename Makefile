@@ -93,7 +93,7 @@ bench-bridge: all $(BENCH_BIN)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
 
 bench-smb: all
-	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,4,16,64 --time 10 --rounds 2 \
+	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,4,16,64 --time 8 --rounds 3 \
 		--json $(RESULTS)/bench-smb.json
 
 clean:

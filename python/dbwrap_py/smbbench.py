@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -58,27 +59,31 @@ def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
 
 
 def summary(points: Sequence[Point]) -> list[dict]:
-    """Per nprocs: mean opens/s of each mode and the bridge/native ratio."""
+    """Per nprocs: median opens/s of each mode, and the median and range of
+    the ratios of each (native, bridge) pair measured one after the other;
+    pairs share the machine's load of the moment, so their ratio is steadier."""
     rows = []
     for n in sorted({p.nprocs for p in points}):
         native = [p.opens_per_second for p in points if p.nprocs == n and p.mode == "native"]
         bridge = [p.opens_per_second for p in points if p.nprocs == n and p.mode != "native"]
-        native_mean = sum(native) / len(native)
-        bridge_mean = sum(bridge) / len(bridge)
+        ratios = [b / a for a, b in zip(native, bridge) if a]
         rows.append({
             "nprocs": n,
-            "native_opens_per_second": round(native_mean),
-            "bridge_opens_per_second": round(bridge_mean),
-            "ratio": round(bridge_mean / native_mean, 3) if native_mean else 0.0,
+            "native_opens_per_second": round(statistics.median(native)),
+            "bridge_opens_per_second": round(statistics.median(bridge)),
+            "ratio": round(statistics.median(ratios), 3) if ratios else 0.0,
+            "ratio_min": round(min(ratios), 3) if ratios else 0.0,
+            "ratio_max": round(max(ratios), 3) if ratios else 0.0,
         })
     return rows
 
 
 def print_summary(rows: Sequence[dict], adapter: str, say=print) -> None:
-    say(f"\n{'nprocs':>6} {'native opens/s':>15} {f'bridge+{adapter}':>15} {'ratio':>7}")
+    say(f"\n{'nprocs':>6} {'native opens/s':>15} {f'bridge+{adapter}':>15} {'ratio':>7}  range")
     for row in rows:
         say(f"{row['nprocs']:>6} {row['native_opens_per_second']:>15} "
-            f"{row['bridge_opens_per_second']:>15} {row['ratio']:>7.2f}")
+            f"{row['bridge_opens_per_second']:>15} {row['ratio']:>7.2f}"
+            f"  {row['ratio_min']:.2f}-{row['ratio_max']:.2f}")
 
 
 def write_json(path: Path, points: Sequence[Point], rows: Sequence[dict], seconds: int,

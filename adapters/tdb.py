@@ -41,7 +41,7 @@ import struct
 import sys
 from collections.abc import Iterator
 
-from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
+from dbwrap_py.adapter import TDB_SEQNUM, Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import (
     AccessDenied,
     ConfigError,
@@ -77,7 +77,6 @@ TDB_ERR_RDONLY = 10
 TDB_ERR_NESTING = 11
 
 TDB_INTERNAL = 2
-TDB_SEQNUM = 128
 
 _ERROR_CLASSES: dict[int, type[DbwrapError]] = {
     TDB_ERR_CORRUPT: Corruption,

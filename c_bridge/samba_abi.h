@@ -173,8 +173,6 @@ const char *dbwrap_name(struct db_context *db);
 
 /* loadparm, exported by libsmbconf.so.0 */
 bool lp_parm_bool(int snum, const char *type, const char *option, bool def);
-const char *lp_parm_const_string(int snum, const char *type,
-				 const char *option, const char *def);
 bool lp_use_mmap(void);
 void lp_dump(FILE *f, bool show_defaults, int maxtoprint); /* smb.conf syntax */
 

@@ -128,10 +128,8 @@ def _cmd_samba(args: argparse.Namespace) -> int:
 
 def _cmd_torture(args: argparse.Namespace) -> int:
     from dbwrap_py import smbtorture
-    from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup
 
-    setup = SambaSetup(bridged=VOLATILE_DATABASES, adapter=args.adapter,
-                       adapter_options=_adapter_options(args.option))
+    setup = smbtorture.setup_for("bridge", args.adapter, _adapter_options(args.option))
     suites = args.suite or list(smbtorture.SUITES)
     header = f"{'suite.subtest':<60} {'native':<10} {'bridge+' + args.adapter:<12} note"
 

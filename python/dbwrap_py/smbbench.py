@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
-from dbwrap_py.smbtorture import Rates, path_contention
+from dbwrap_py.samba import ThrowawaySamba
+from dbwrap_py.smbtorture import Rates, path_contention, setup_for
 
 
 @dataclass
@@ -44,9 +44,8 @@ def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
         rounds: int = 1, say=print) -> list[Point]:
     """Every nprocs point, native then bridge, `rounds` times each."""
     points: list[Point] = []
-    native_setup = SambaSetup()
-    bridge_setup = SambaSetup(bridged=VOLATILE_DATABASES, adapter=adapter)
-    with ThrowawaySamba(native_setup) as native, ThrowawaySamba(bridge_setup) as bridge:
+    with ThrowawaySamba(setup_for("native")) as native, \
+            ThrowawaySamba(setup_for("bridge", adapter)) as bridge:
         for n in nprocs:
             for _ in range(rounds):
                 for mode, samba in (("native", native), (f"bridge+{adapter}", bridge)):

@@ -74,11 +74,12 @@ def torture_command(samba: ThrowawaySamba, test: str, *options: str) -> list[str
     ]
 
 
-def setup_for(mode: str, adapter: str = "tdb",
-              bridged: Sequence[str] = VOLATILE_DATABASES, **options: str) -> SambaSetup:
+def setup_for(mode: str, adapter: str = "tdb", options: dict[str, str] | None = None,
+              bridged: Sequence[str] = VOLATILE_DATABASES) -> SambaSetup:
+    """native tdb, or smbd's volatile databases (by default) on the bridge."""
     if mode == "native":
         return SambaSetup()
-    return SambaSetup(bridged=tuple(bridged), adapter=adapter, adapter_options=options)
+    return SambaSetup(bridged=tuple(bridged), adapter=adapter, adapter_options=options or {})
 
 
 def run_suite(suite: str, setup: SambaSetup, mode: str, timeout: float = 1800) -> SuiteRun:
@@ -116,7 +117,7 @@ class Comparison:
 
 
 def compare_suite(suite: str, bridge_setup: SambaSetup, retry: bool = True) -> Comparison:
-    native_setup = SambaSetup()
+    native_setup = setup_for("native")
     with ThreadPoolExecutor(max_workers=2) as pool:  # side by side: the same load on both
         native_f = pool.submit(run_suite, suite, native_setup, "native")
         bridge_f = pool.submit(run_suite, suite, bridge_setup, "bridge")

@@ -23,12 +23,14 @@ BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
 TEST_BIN   := $(BUILD)/test_dbwrap
 
+CHECK_BIN  := $(BUILD)/dbwrap_check
+CHECKER_BIN := $(BUILD)/linearizability
 BENCH_BIN  := $(BUILD)/bench_bridge
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python test-smb test-torture demo bench-bridge bench-smb clean
+.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture demo bench-bridge bench-smb clean
 
-all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN)
+all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -61,19 +63,41 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB)
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
+# The conformance suite's driver: every check through Samba's dbwrap front end.
+CHECK_SRC := $(wildcard conformance/*.c)
+$(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB)
+	$(CC) $(CFLAGS) -Ic_bridge -o $@ $(CHECK_SRC) \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-l:libsamba-errors.so.1 $(SAMBA_LIBS) \
+		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
+# Porcupine, pinned in go.sum, checks the histories of the linearizability check.
+CHECKER_SRC := $(wildcard conformance/linearizability/*.go) conformance/linearizability/go.mod \
+               conformance/linearizability/go.sum
+$(CHECKER_BIN): $(CHECKER_SRC) | deps
+	@mkdir -p $(BUILD)
+	cd conformance/linearizability && go build -o $(CURDIR)/$@ .
+
 $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-test: all test-c test-python test-smb test-torture
+test: all test-c test-python test-conformance test-smb test-torture
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
 
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
+
+# The adapter conformance suite: the tables for tdb and memory, then every
+# adapter and every broken example under pytest.
+test-conformance: all
+	$(VPY) -m dbwrap_py.cli check tdb
+	$(VPY) -m dbwrap_py.cli check memory
+	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all

@@ -20,8 +20,17 @@ setup(
     version="0.1.0",
     description="Samba dbwrap backends written in Python",
     python_requires=">=3.11",
-    packages=["dbwrap_py", "dbwrap_py.adapters"],
+    packages=[
+        "dbwrap_py",
+        "dbwrap_py.adapters",
+        "dbwrap_py.conformance",
+        "dbwrap_py.conformance.broken",
+    ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
     ext_modules=[tdb_records],
-    entry_points={"console_scripts": ["dbwrap-py = dbwrap_py.cli:main"]},
+    entry_points={
+        "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
+        # the conformance checks for an adapter's own CI (conformance_tests())
+        "pytest11": ["dbwrap_py_conformance = dbwrap_py.conformance.pytest_plugin"],
+    },
 )

@@ -9,7 +9,14 @@ packages="
   python3 python3-dev python3-venv python3-tdb
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-testsuite smbclient
+  etcd-server
 "
+
+# A Go toolchain builds the linearizability checker; Debian's is enough
+# (go.mod asks for 1.19), but a newer one already on PATH is used as it is.
+if ! command -v go >/dev/null 2>&1; then
+    packages="$packages golang-go"
+fi
 
 missing=""
 for pkg in $packages; do

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from dbwrap_py.errors import NotSupported
@@ -164,7 +165,11 @@ class Adapter(abc.ABC):
 
     def wipe(self) -> None:
         for key, _ in list(self.scan()):
-            self.remove(key)
+            self.lock(key)  # remove's contract: the caller holds the record lock
+            try:
+                self.remove(key)
+            finally:
+                self.unlock(key)
 
     def check(self) -> None:
         """Raise Corruption if the database is inconsistent."""
@@ -180,3 +185,27 @@ class Adapter(abc.ABC):
 
     def close(self) -> None:
         """Release what the adapter holds; the database is not used again."""
+
+    # -- for the conformance suite and the benchmarks -----------------------
+
+    @classmethod
+    def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
+        """What the adapter declares when opened with ``options``.
+
+        Override when an option changes it, such as a lease time.
+        """
+        return cls.capabilities
+
+    @classmethod
+    def throwaway_server(
+        cls, options: Mapping[str, str]
+    ) -> AbstractContextManager[dict[str, str]] | None:
+        """A server to test against, when ``options`` name none.
+
+        An adapter whose backend can run on this machine returns a context
+        manager that starts a throwaway server (127.0.0.1, temporary data,
+        stopped by PID on exit) and yields the options that reach it, for
+        example ``{"endpoints": "127.0.0.1:23790"}``. It returns None when
+        the backend needs no server or ``options`` already give an endpoint.
+        """
+        return None

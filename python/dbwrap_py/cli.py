@@ -4,6 +4,7 @@
   dbwrap-py dump ADAPTER DB [-o k=v ...]   every record, like tdbdump
   dbwrap-py get ADAPTER DB KEY             one value
   dbwrap-py put ADAPTER DB KEY VALUE       store under the record lock
+  dbwrap-py check ADAPTER [-o k=v ...]     conformance suite: is Samba safe on it?
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
@@ -106,6 +107,25 @@ def _adapter_options(pairs: Sequence[str]) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from dbwrap_py.conformance import run_suite
+    from dbwrap_py.conformance.report import print_table
+
+    adapter = None if args.adapter == "native" else args.adapter
+    run = run_suite(adapter, _adapter_options(args.option), only=args.only or (),
+                    pythonpath=args.pythonpath or ())
+    print_table(run, sys.stdout)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(
+            {"target": run.target, "results": [r.__dict__ for r in run.results]}, indent=1))
+    if args.verbose and run.log:
+        print("\nbridge log:\n" + run.log, end="")
+    return 0 if run.ok else 1
+
+
 def _cmd_samba(args: argparse.Namespace) -> int:
     from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
 
@@ -205,6 +225,17 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--volatile", action="store_true",
                          help="open with TDB_CLEAR_IF_FIRST, as smbd opens locking.tdb")
         cmd.set_defaults(fn=fn)
+
+    check = sub.add_parser("check", help="conformance suite: is Samba safe on an adapter?")
+    check.add_argument("adapter", help="short name (tdb), dotted module, or 'native' for Samba's tdb")
+    check.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                       help="adapter option (repeatable); give the endpoint to use your own server")
+    check.add_argument("--only", action="append", metavar="CHECK", help="run one check (repeatable)")
+    check.add_argument("--pythonpath", action="append", metavar="DIR",
+                       help="folder to import the adapter from (repeatable)")
+    check.add_argument("--json", help="also write the results here")
+    check.add_argument("-v", "--verbose", action="store_true", help="show the bridge's log lines")
+    check.set_defaults(fn=_cmd_check)
 
     samba = sub.add_parser("samba", help="run a throwaway smbd until Ctrl-C")
     samba.add_argument("--bridge", default="volatile",

@@ -1,0 +1,138 @@
+"""Run the conformance driver (build/dbwrap_check) against one adapter.
+
+The driver does the checking, through Samba's real dbwrap front end; this
+module chooses its arguments from what the adapter declares, starts the
+adapter's throwaway server when no endpoint is given, and reads back one
+JSON line per check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dbwrap_py.adapter import Capabilities
+from dbwrap_py.errors import ConfigError
+from dbwrap_py.paths import build_dir
+from dbwrap_py.registry import find_adapter
+
+#: the whole suite is bounded; each check is bounded inside the driver
+SUITE_TIMEOUT_SECONDS = 1800
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    rule: str
+    result: str  # "pass", "fail" or "skip"
+    note: str = ""
+    measured: str = ""
+    ms: int = 0
+
+
+@dataclass
+class SuiteRun:
+    target: str
+    capabilities: Capabilities | None  # None for native tdb
+    results: list[CheckResult] = field(default_factory=list)
+    log: str = ""  # what the bridge and the adapter wrote to stderr
+
+    def by_name(self) -> dict[str, CheckResult]:
+        return {r.name: r for r in self.results}
+
+    def names(self, result: str) -> set[str]:
+        return {r.name for r in self.results if r.result == result}
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and not self.names("fail")
+
+
+def driver_path() -> Path:
+    path = build_dir() / "dbwrap_check"
+    if not path.exists():
+        raise ConfigError(f"{path} is missing: run make")
+    return path
+
+
+def checker_path() -> Path | None:
+    """The Porcupine checker, if it was built (make builds it)."""
+    path = build_dir() / "linearizability"
+    return path if path.exists() else None
+
+
+def list_checks() -> list[tuple[str, str]]:
+    """Every check's name and rule, in the driver's order."""
+    out = subprocess.run([str(driver_path()), "--list"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    return [(d["check"], d["rule"]) for d in map(json.loads, out.splitlines())]
+
+
+def _capability_args(caps: Capabilities) -> list[str]:
+    args = [f"--lock-release={caps.lock_release_seconds}"]
+    if not caps.multi_process:
+        args.append("--single-process")
+    if not caps.transactions:
+        args.append("--no-transactions")
+    if caps.max_value_size:
+        args.append(f"--max-value={caps.max_value_size}")
+    return args
+
+
+@contextlib.contextmanager
+def _server_for(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """The options plus, when the adapter can start one, a throwaway server's."""
+    server = find_adapter(adapter).throwaway_server(options)
+    if server is None:
+        yield dict(options)
+        return
+    with server as server_options:
+        yield {**options, **server_options}
+
+
+def _parse(out: str) -> list[CheckResult]:
+    results = []
+    for line in out.splitlines():
+        d = json.loads(line)
+        results.append(CheckResult(d["check"], d["rule"], d["result"], d["note"],
+                                   d["measured"], d["ms"]))
+    return results
+
+
+def run_suite(
+    adapter: str | None,
+    options: Mapping[str, str] | None = None,
+    only: Sequence[str] = (),
+    pythonpath: Sequence[str] = (),
+) -> SuiteRun:
+    """Run the checks on ``adapter`` (None: Samba's native tdb, the reference)."""
+    options = dict(options or {})
+    env = dict(os.environ)
+    if pythonpath:
+        env["DBWRAP_PY_PATH"] = os.pathsep.join(
+            [*pythonpath, *filter(None, [env.get("DBWRAP_PY_PATH")])])
+    args = [str(driver_path())]
+    checker = checker_path()
+    if checker is not None:
+        args.append(f"--checker={checker}")
+    args += [f"--only={name}" for name in only]
+    with contextlib.ExitStack() as stack:
+        if adapter is None:
+            caps = None
+            args.append("--native")
+        else:
+            options = stack.enter_context(_server_for(adapter, options))
+            caps = find_adapter(adapter).declared_capabilities(options)
+            args += [f"--adapter={adapter}", *_capability_args(caps)]
+            args += [f"--option={k}={v}" for k, v in options.items()]
+        proc = subprocess.run(args, capture_output=True, text=True, env=env,
+                              timeout=SUITE_TIMEOUT_SECONDS)
+    run = SuiteRun(adapter or "native tdb", caps, _parse(proc.stdout), proc.stderr)
+    if proc.returncode != 0:
+        raise ConfigError(f"dbwrap_check exited {proc.returncode}: {proc.stderr.strip()}")
+    return run

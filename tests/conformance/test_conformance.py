@@ -1,0 +1,42 @@
+"""The conformance suite on every adapter here, on native tdb, and on the
+broken examples, each of which must fail exactly the checks it breaks."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from dbwrap_py.conformance import list_checks, run_suite
+from dbwrap_py.conformance.pytest_plugin import conformance_tests
+
+# Samba's own tdb must pass every check: the checks encode what Samba does.
+test_native_tdb = conformance_tests(None)
+test_tdb = conformance_tests("tdb")
+test_memory = conformance_tests("memory")
+test_sqlite = conformance_tests("sqlite")
+test_sqlite_leased = conformance_tests("sqlite_leased", {"lease": "1"})
+
+BROKEN = ["lost_update", "no_fencing", "wrong_status", "raising"]
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_broken_example_fails_exactly_what_it_breaks(name: str) -> None:
+    module = f"dbwrap_py.conformance.broken.{name}"
+    breaks = importlib.import_module(module).BREAKS
+    run = run_suite(module)
+    assert run.names("fail") == breaks, "\n".join(
+        f"{r.name}: {r.result}: {r.note}" for r in run.results if r.result != "pass")
+
+
+def test_broken_examples_declare_real_checks() -> None:
+    names = {name for name, _ in list_checks()}
+    for name in BROKEN:
+        breaks = importlib.import_module(f"dbwrap_py.conformance.broken.{name}").BREAKS
+        assert breaks and breaks <= names, f"{name} declares unknown checks {breaks - names}"
+
+
+def test_single_process_adapter_skips_with_its_reason() -> None:
+    run = run_suite("memory", only=["lock.counter"])
+    (result,) = run.results
+    assert result.result == "skip" and "single-process" in result.note

@@ -17,7 +17,8 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
-BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/inproc_records.c c_bridge/py_runtime.c c_bridge/log.c
+BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/inproc_records.c \
+              c_bridge/inproc_native.c c_bridge/py_runtime.c c_bridge/log.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
@@ -39,7 +40,8 @@ deps:
 # installed editable, so the bridge always runs the checkout's code.
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c | deps
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c \
+                   c_bridge/native_records.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .
 	$(VPY) -m pip install -q -r tests/requirements.txt
@@ -92,11 +94,13 @@ test-c: venv $(TEST_BIN)
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
 
-# The adapter conformance suite: the tables for tdb and memory, then every
-# adapter and every broken example under pytest.
+# The adapter conformance suite: the tables for tdb, memory and etcd (on a
+# throwaway etcd, 2 s leases to keep it short), then the other adapters and
+# every broken example under pytest.
 test-conformance: all
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).

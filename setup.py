@@ -12,6 +12,8 @@ from setuptools import Extension, setup
 tdb_records = Extension(
     "dbwrap_py.adapters._tdb_records",
     sources=["adapters/_tdb_records.c"],
+    include_dirs=["c_bridge"],  # native_records.h: the bridge's C interface
+    depends=["c_bridge/native_records.h"],
     libraries=["tdb"],
 )
 
@@ -25,6 +27,7 @@ setup(
         "dbwrap_py.adapters",
         "dbwrap_py.conformance",
         "dbwrap_py.conformance.broken",
+        "dbwrap_py.servers",
     ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
     ext_modules=[tdb_records],

@@ -16,6 +16,11 @@
  *
  * A lock is first tried without blocking and with the GIL held; only if
  * another process holds it is the GIL released for the blocking wait.
+ *
+ * The same operations are offered to the bridge as native records
+ * (c_bridge/native_records.h, the `native_records` capsule), which it calls
+ * without the GIL; failures then come back as the NTSTATUS of the exception
+ * class the Python methods would raise, so both paths answer alike.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -23,11 +28,19 @@
 #include <stdlib.h>
 #include <tdb.h>
 
+#include "native_records.h"
+
+#define TDB_ERROR_CODES 32 /* tdb's error codes are small; others use fallback */
+
 typedef struct {
 	PyObject_HEAD
 	struct tdb_context *tdb;
 	PyObject *errors;   /* dict: tdb error code -> exception class */
 	PyObject *fallback; /* exception class for other codes */
+	/* the same mapping as NTSTATUS codes, for the native records */
+	uint32_t status_by_error[TDB_ERROR_CODES];
+	uint32_t closed_status;
+	uint32_t fallback_status;
 } Records;
 
 static PyObject *records_error(Records *self, const char *what)
@@ -199,6 +212,50 @@ static PyObject *records_put_unlock(Records *self, PyObject *const *args,
 	return result;
 }
 
+/* cls.ntstatus as a code; false with an exception set if it has none. */
+static bool ntstatus_of(PyObject *cls, uint32_t *status)
+{
+	PyObject *code = PyObject_GetAttrString(cls, "ntstatus");
+
+	if (code == NULL) {
+		return false;
+	}
+	*status = (uint32_t)PyLong_AsUnsignedLongMask(code);
+	Py_DECREF(code);
+	return !PyErr_Occurred();
+}
+
+/* The errors dict, and the fallback, as NTSTATUS codes. */
+static int status_table(Records *self)
+{
+	PyObject *code, *cls;
+	Py_ssize_t pos = 0;
+	long err;
+	int i;
+
+	if (!ntstatus_of(self->fallback, &self->fallback_status)) {
+		return -1;
+	}
+	for (i = 0; i < TDB_ERROR_CODES; i++) {
+		self->status_by_error[i] = self->fallback_status;
+	}
+	self->closed_status = self->fallback_status;
+	while (PyDict_Next(self->errors, &pos, &code, &cls)) {
+		err = PyLong_AsLong(code);
+		if (err == -1 && PyErr_Occurred()) {
+			return -1;
+		}
+		if (err == -1 && !ntstatus_of(cls, &self->closed_status)) {
+			return -1;
+		}
+		if (err >= 0 && err < TDB_ERROR_CODES &&
+		    !ntstatus_of(cls, &self->status_by_error[err])) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int records_init(Records *self, PyObject *args, PyObject *kwargs)
 {
 	PyObject *context, *errors, *fallback;
@@ -215,7 +272,7 @@ static int records_init(Records *self, PyObject *args, PyObject *kwargs)
 	Py_XSETREF(self->errors, errors);
 	Py_INCREF(fallback);
 	Py_XSETREF(self->fallback, fallback);
-	return 0;
+	return status_table(self);
 }
 
 static void records_dealloc(Records *self)
@@ -241,6 +298,145 @@ static int records_set_context(Records *self, PyObject *value, void *closure)
 	return 0;
 }
 
+/* -- native records: the same operations for the bridge, without the GIL -- */
+
+static uint32_t native_error(Records *self, const char *what,
+			     struct dbwrap_py_native_why *why)
+{
+	int err;
+
+	if (self->tdb == NULL) {
+		snprintf(why->text, sizeof(why->text), "%s: the tdb adapter is closed", what);
+		return self->closed_status;
+	}
+	err = (int)tdb_error(self->tdb);
+	snprintf(why->text, sizeof(why->text), "%s: %s (tdb error %d)", what,
+		 tdb_errorstr(self->tdb), err);
+	return (err >= 0 && err < TDB_ERROR_CODES) ? self->status_by_error[err]
+						    : self->fallback_status;
+}
+
+struct native_parse {
+	dbwrap_py_native_value_fn fn;
+	void *private_data;
+};
+
+static int native_parser(TDB_DATA key, TDB_DATA data, void *private_data)
+{
+	struct native_parse *p = private_data;
+
+	p->fn(data, true, p->private_data);
+	return 0;
+}
+
+/* tdb_parse_record, with a missing key handed over as not found. */
+static uint32_t native_parse(Records *self, TDB_DATA key,
+			     dbwrap_py_native_value_fn fn, void *private_data,
+			     struct dbwrap_py_native_why *why)
+{
+	struct native_parse p = { fn, private_data };
+
+	if (tdb_parse_record(self->tdb, key, native_parser, &p) == 0) {
+		return 0;
+	}
+	if (tdb_error(self->tdb) == TDB_ERR_NOEXIST) {
+		fn(tdb_null, false, private_data);
+		return 0;
+	}
+	return native_error(self, "tdb_parse_record", why);
+}
+
+static uint32_t native_fetch(void *handle, TDB_DATA key,
+			     dbwrap_py_native_value_fn fn, void *private_data,
+			     struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL) {
+		return native_error(self, "tdb_parse_record", why);
+	}
+	return native_parse(self, key, fn, private_data, why);
+}
+
+static uint32_t native_lock_fetch(void *handle, TDB_DATA key,
+				  dbwrap_py_native_value_fn fn,
+				  void *private_data,
+				  struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+	uint32_t status;
+
+	if (self->tdb == NULL || tdb_chainlock(self->tdb, key) != 0) {
+		return native_error(self, "tdb_chainlock", why);
+	}
+	status = native_parse(self, key, fn, private_data, why);
+	if (status != 0) {
+		tdb_chainunlock(self->tdb, key);
+	}
+	return status;
+}
+
+static uint32_t native_unlock(void *handle, TDB_DATA key,
+			      struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL) {
+		return native_error(self, "tdb_chainunlock", why);
+	}
+	if (tdb_chainunlock(self->tdb, key) == 0) {
+		return 0;
+	}
+	/*
+	 * A record locked before fork() and freed in the child: the child
+	 * never held the lock (the Python path skips it by its hold count).
+	 */
+	if (tdb_error(self->tdb) == TDB_ERR_LOCK) {
+		return 0;
+	}
+	return native_error(self, "tdb_chainunlock", why);
+}
+
+static uint32_t native_store(void *handle, TDB_DATA key, TDB_DATA value,
+			     struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL || tdb_store(self->tdb, key, value, TDB_REPLACE) != 0) {
+		return native_error(self, "tdb_store", why);
+	}
+	return 0;
+}
+
+static const struct dbwrap_py_native_records native_ops = {
+	.fetch = native_fetch,
+	.lock_fetch = native_lock_fetch,
+	.unlock = native_unlock,
+	.store = native_store,
+};
+
+static void native_capsule_free(PyObject *capsule)
+{
+	Py_XDECREF((PyObject *)PyCapsule_GetPointer(capsule,
+						    DBWRAP_PY_NATIVE_RECORDS));
+}
+
+static PyObject *records_get_native(Records *self, void *closure)
+{
+	PyObject *capsule = PyCapsule_New(self, DBWRAP_PY_NATIVE_RECORDS,
+					  native_capsule_free);
+
+	if (capsule == NULL) {
+		return NULL;
+	}
+	if (PyCapsule_SetContext(capsule, (void *)&native_ops) != 0) {
+		Py_DECREF(capsule);
+		return NULL;
+	}
+	Py_INCREF(self); /* the capsule keeps the handle alive */
+	return capsule;
+}
+
 static PyMethodDef records_methods[] = {
 	{ "get", (PyCFunction)records_get, METH_O, "The value, or None." },
 	{ "lock", (PyCFunction)records_lock, METH_O, "Lock the key's chain." },
@@ -256,6 +452,8 @@ static PyMethodDef records_methods[] = {
 static PyGetSetDef records_getset[] = {
 	{ "context", (getter)records_get_context, (setter)records_set_context,
 	  "the struct tdb_context * as an int; 0 when closed", NULL },
+	{ "native_records", (getter)records_get_native, NULL,
+	  "these operations for the bridge, as a capsule (native_records.h)", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

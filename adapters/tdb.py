@@ -308,6 +308,8 @@ class TdbAdapter(Adapter):
             "opens of one file in one process share a handle; the first open's flags win",
         ),
     )
+    #: native_records=no keeps the bridge on the Python methods (to measure them)
+    option_names = ("native_records",)
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -322,6 +324,9 @@ class TdbAdapter(Adapter):
         self.get, self.put = records.get, records.put
         self.lock, self.unlock = records.lock, records.unlock
         self.lock_get, self.put_unlock = records.lock_get, records.put_unlock
+        if options.get_bool("native_records", True):
+            # the same operations for the bridge's hot path, without the GIL
+            self.native_records = records.native_records
 
     def _refresh(self) -> None:
         handle = self._handle

@@ -8,6 +8,7 @@
 
 #include "py_runtime.h" /* Python.h first, as CPython asks */
 
+#include "native_records.h"
 #include "transport.h"
 
 /* Methods of the dbwrap_py.database.Database object. */
@@ -29,6 +30,10 @@ struct dbwrap_py_db {
 	PyObject *held;                    /* Database._held, shared with Python */
 	PyObject *attrs;                   /* Database.__dict__ */
 	PyObject *unusable;                /* the interned name "_unusable" */
+	/* the adapter's native records (native_records.h), or NULL */
+	const struct dbwrap_py_native_records *native;
+	void *native_handle;
+	PyObject *native_capsule;          /* keeps native_handle alive */
 };
 
 extern const char *const inproc_method_names[M_COUNT];
@@ -53,5 +58,17 @@ NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
 		       dbwrap_py_locked_fn fn, void *private_data);
 NTSTATUS inproc_storev(struct dbwrap_py_db *db, TDB_DATA key,
 		       const TDB_DATA *dbufs, int num_dbufs, int flag);
+
+/* inproc_native.c: the same record operations on native records, no GIL */
+bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter);
+NTSTATUS inproc_native_fetch(struct dbwrap_py_db *db, TDB_DATA key,
+			     dbwrap_py_value_fn fn, void *private_data);
+NTSTATUS inproc_native_lock(struct dbwrap_py_db *db, TDB_DATA key,
+			    dbwrap_py_value_fn fn, void *private_data);
+NTSTATUS inproc_native_unlock(struct dbwrap_py_db *db, TDB_DATA key);
+NTSTATUS inproc_native_locked(struct dbwrap_py_db *db, TDB_DATA key,
+			      dbwrap_py_locked_fn fn, void *private_data);
+NTSTATUS inproc_native_store(struct dbwrap_py_db *db, TDB_DATA key,
+			     const TDB_DATA *dbufs, int num_dbufs);
 
 #endif /* DBWRAP_PY_INPROC_H */

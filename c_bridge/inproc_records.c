@@ -11,6 +11,9 @@
  * (a read-write traverse, the CLI) and this code see the same locks.
  * Everything else (TDB_INSERT/TDB_MODIFY stores, deletes, traverse, ...)
  * goes through Database.
+ *
+ * An adapter that offers native records (native_records.h) skips all of
+ * this: inproc_native.c calls them without the GIL.
  */
 
 #include "inproc.h"
@@ -210,6 +213,9 @@ static NTSTATUS records_read(struct dbwrap_py_db *db, TDB_DATA key,
 NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 		      dbwrap_py_value_fn fn, void *private_data)
 {
+	if (db->native != NULL) {
+		return inproc_native_fetch(db, key, fn, private_data);
+	}
 	return records_read(db, key, records_fetch, "fetch", fn, private_data);
 }
 
@@ -217,16 +223,25 @@ NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
 		     dbwrap_py_value_fn fn, void *private_data)
 {
+	if (db->native != NULL) {
+		return inproc_native_lock(db, key, fn, private_data);
+	}
 	return records_read(db, key, records_lock, "lock", fn, private_data);
 }
 
 NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *pykey = inproc_bytes(key);
-	NTSTATUS status = (pykey != NULL) ? records_unlock(db, pykey, NULL)
-					  : inproc_failed(db, "unlock");
+	PyGILState_STATE gil;
+	PyObject *pykey;
+	NTSTATUS status;
 
+	if (db->native != NULL) {
+		return inproc_native_unlock(db, key);
+	}
+	gil = PyGILState_Ensure();
+	pykey = inproc_bytes(key);
+	status = (pykey != NULL) ? records_unlock(db, pykey, NULL)
+				 : inproc_failed(db, "unlock");
 	Py_XDECREF(pykey);
 	PyGILState_Release(gil);
 	return status;
@@ -236,11 +251,16 @@ NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
 		       dbwrap_py_locked_fn fn, void *private_data)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *pykey = inproc_bytes(key), *value = NULL, *pywrite = NULL;
+	PyGILState_STATE gil;
+	PyObject *pykey, *value = NULL, *pywrite = NULL;
 	const TDB_DATA *write = NULL;
 	NTSTATUS status = NT_STATUS_OK, unlocked;
 
+	if (db->native != NULL) {
+		return inproc_native_locked(db, key, fn, private_data);
+	}
+	gil = PyGILState_Ensure();
+	pykey = inproc_bytes(key);
 	if (pykey == NULL) {
 		status = inproc_failed(db, "lock");
 	} else {
@@ -268,12 +288,17 @@ NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
 NTSTATUS inproc_storev(struct dbwrap_py_db *db, TDB_DATA key,
 		       const TDB_DATA *dbufs, int num_dbufs, int flag)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
 	bool plain = (flag == 0 || flag == TDB_REPLACE_FLAG);
-	PyObject *pykey = inproc_bytes(key);
-	PyObject *value = inproc_join(dbufs, num_dbufs);
-	PyObject *pyflag = NULL, *result = NULL;
+	PyGILState_STATE gil;
+	PyObject *pykey, *value, *pyflag = NULL, *result = NULL;
 	NTSTATUS status = NT_STATUS_OK;
+
+	if (plain && db->native != NULL) {
+		return inproc_native_store(db, key, dbufs, num_dbufs);
+	}
+	gil = PyGILState_Ensure();
+	pykey = inproc_bytes(key);
+	value = inproc_join(dbufs, num_dbufs);
 
 	if (pykey != NULL && value != NULL) {
 		if (!plain) {

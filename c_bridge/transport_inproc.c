@@ -138,6 +138,8 @@ static int inproc_db_destructor(struct dbwrap_py_db *db)
 	Py_CLEAR(db->held);
 	Py_CLEAR(db->attrs);
 	Py_CLEAR(db->unusable);
+	db->native = NULL;
+	Py_CLEAR(db->native_capsule);
 	Py_CLEAR(db->database);
 	PyGILState_Release(gil);
 	return 0;
@@ -200,7 +202,8 @@ static bool inproc_bind(struct dbwrap_py_db *db)
 
 	ok = adapter != NULL &&
 	     bind_all(db->database, inproc_method_names, db->methods, M_COUNT) &&
-	     bind_all(adapter, inproc_adapter_method_names, db->adapter, A_COUNT);
+	     bind_all(adapter, inproc_adapter_method_names, db->adapter, A_COUNT) &&
+	     inproc_native_bind(db, adapter);
 	Py_XDECREF(adapter);
 	if (!ok) {
 		return false;

@@ -6,6 +6,7 @@
   dbwrap-py put ADAPTER DB KEY VALUE       store under the record lock
   dbwrap-py check ADAPTER [-o k=v ...]     conformance suite: is Samba safe on it?
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
+  dbwrap-py etcd [--nodes 1|3]             a throwaway etcd on 127.0.0.1 until Ctrl-C
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py bench smb [--nprocs 1,4,...]   path-contention-shared sweep, ratios to tdb
@@ -23,12 +24,17 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
 from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.servers import backend_options
+
+if TYPE_CHECKING:
+    from dbwrap_py.samba import SambaSetup
 
 
 def _bytes(text: str) -> bytes:
@@ -127,12 +133,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_samba(args: argparse.Namespace) -> int:
-    from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
+    from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup
 
     bridged = VOLATILE_DATABASES if args.bridge == "volatile" else \
         tuple(d for d in args.bridge.split(",") if d)
-    setup = SambaSetup(bridged=bridged, adapter=args.adapter,
-                       adapter_options=_adapter_options(args.option), port=args.port)
+    with backend_options(args.adapter, _adapter_options(args.option)) as options:
+        return _serve_samba(SambaSetup(bridged=bridged, adapter=args.adapter,
+                                       adapter_options=options, port=args.port), bridged)
+
+
+def _serve_samba(setup: "SambaSetup", bridged: Sequence[str]) -> int:
+    from dbwrap_py.samba import ThrowawaySamba
+
     with ThrowawaySamba(setup) as samba:
         print(f"smbd pid {samba.pid} on 127.0.0.1:{samba.port}\n"
               f"  share {samba.unc}, user {samba.credentials}\n"
@@ -149,7 +161,13 @@ def _cmd_samba(args: argparse.Namespace) -> int:
 def _cmd_torture(args: argparse.Namespace) -> int:
     from dbwrap_py import smbtorture
 
-    setup = smbtorture.setup_for("bridge", args.adapter, _adapter_options(args.option))
+    with backend_options(args.adapter, _adapter_options(args.option)) as options:
+        return _compare_torture(args, smbtorture.setup_for("bridge", args.adapter, options))
+
+
+def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
+    from dbwrap_py import smbtorture
+
     suites = args.suite or list(smbtorture.SUITES)
     header = f"{'suite.subtest':<60} {'native':<10} {'bridge+' + args.adapter:<12} note"
 
@@ -173,6 +191,12 @@ def _cmd_torture(args: argparse.Namespace) -> int:
         print("REGRESSIONS (pass natively, fail through the bridge): " + ", ".join(regressions))
     print(f"{native_ok - len(regressions)} passed, {len(regressions)} failed")
     return 1 if regressions else 0
+
+
+def _cmd_etcd(args: argparse.Namespace) -> int:
+    from dbwrap_py.servers.etcd import main as etcd_main
+
+    return etcd_main(["--nodes", str(args.nodes)])
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -241,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     samba.add_argument("--bridge", default="volatile",
                        help="databases behind the bridge: 'volatile' (default), a comma list, or ''")
     samba.add_argument("--port", type=int, default=None)
+    etcd = sub.add_parser("etcd", help="a throwaway etcd on 127.0.0.1 until Ctrl-C")
+    etcd.add_argument("--nodes", type=int, default=1, choices=(1, 3, 5))
+    etcd.set_defaults(fn=_cmd_etcd)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")

@@ -26,7 +26,7 @@ struct db_context *open_db(TALLOC_CTX *mem_ctx, const struct backend *b,
 				 0600, order, 0);
 	} else {
 		db = db_open_py(mem_ctx, path, 0, tdb_flags, O_RDWR | O_CREAT,
-				0600, order, 0, b->adapter, NULL);
+				0600, order, 0, b->adapter, b->options);
 	}
 	if (db == NULL) {
 		fprintf(stderr, "    open %s on %s failed: %s\n", path, b->name,

@@ -16,6 +16,7 @@ struct backend {
 	const char *name;
 	const char *adapter;   /* NULL: Samba's native tdb backend */
 	bool multi_process;    /* several processes share one database */
+	const char *const *options; /* adapter options, NULL-terminated, or NULL */
 };
 
 enum result { PASS, FAIL, SKIP };

@@ -10,10 +10,11 @@ import pytest
 from dbwrap_py.conformance import list_checks, run_suite
 from dbwrap_py.conformance.pytest_plugin import conformance_tests
 
-# Samba's own tdb must pass every check: the checks encode what Samba does.
+# `make test-conformance` prints the tables for tdb, memory and etcd; these
+# are the rest. Samba's own tdb must pass every check: the checks encode
+# what Samba does.
 test_native_tdb = conformance_tests(None)
-test_tdb = conformance_tests("tdb")
-test_memory = conformance_tests("memory")
+test_tdb_python_path = conformance_tests("tdb", {"native_records": "no"})
 test_sqlite = conformance_tests("sqlite")
 test_sqlite_leased = conformance_tests("sqlite_leased", {"lease": "1"})
 
@@ -37,6 +38,16 @@ def test_broken_examples_declare_real_checks() -> None:
 
 
 def test_single_process_adapter_skips_with_its_reason() -> None:
-    run = run_suite("memory", only=["lock.counter"])
+    run = run_suite("memory", only=["lock.counter", "lock.fencing"])
+    assert len(run.results) == 2
+    for result in run.results:
+        assert result.result == "skip" and "single-process" in result.note
+
+
+def test_lease_adapter_reports_its_release_time() -> None:
+    run = run_suite("sqlite_leased", {"lease": "1"}, only=["lock.release-on-kill"])
     (result,) = run.results
-    assert result.result == "skip" and "single-process" in result.note
+    assert result.result == "pass"
+    waited_ms = int(result.measured.split()[2])  # "lock free N ms after SIGKILL ..."
+    assert 500 <= waited_ms <= 2000, result.measured
+

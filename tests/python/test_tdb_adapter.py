@@ -710,3 +710,23 @@ def test_clear_if_first_survives_fork(tmp_path):
     finally:
         go.close()
         ready.close()
+
+
+def test_native_records_offered_and_switchable(path):
+    """The bridge's hot path runs the C operations when the adapter offers
+    them; native_records=no withdraws them (to measure the Python path)."""
+    native = open_tdb(path)
+    python_path = open_tdb(path, options=["native_records=no"])
+    try:
+        capsule = native.adapter.native_records
+        assert type(capsule).__name__ == "PyCapsule"
+        assert "dbwrap_py.native_records.v1" in repr(capsule)
+        assert not hasattr(python_path.adapter, "native_records")
+    finally:
+        python_path.close()
+        native.close()
+
+
+def test_native_records_option_is_checked(path):
+    with pytest.raises(ConfigError):
+        open_tdb(path, options=["native_records=maybe"])

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from dbwrap_py.adapter import Capabilities
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.paths import build_dir
 from dbwrap_py.registry import find_adapter
+from dbwrap_py.servers import backend_options
 
 #: the whole suite is bounded; each check is bounded inside the driver
 SUITE_TIMEOUT_SECONDS = 1800
@@ -84,17 +85,6 @@ def _capability_args(caps: Capabilities) -> list[str]:
     return args
 
 
-@contextlib.contextmanager
-def _server_for(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """The options plus, when the adapter can start one, a throwaway server's."""
-    server = find_adapter(adapter).throwaway_server(options)
-    if server is None:
-        yield dict(options)
-        return
-    with server as server_options:
-        yield {**options, **server_options}
-
-
 def _parse(out: str) -> list[CheckResult]:
     results = []
     for line in out.splitlines():
@@ -126,7 +116,7 @@ def run_suite(
             caps = None
             args.append("--native")
         else:
-            options = stack.enter_context(_server_for(adapter, options))
+            options = stack.enter_context(backend_options(adapter, options))
             caps = find_adapter(adapter).declared_capabilities(options)
             args += [f"--adapter={adapter}", *_capability_args(caps)]
             args += [f"--option={k}={v}" for k, v in options.items()]

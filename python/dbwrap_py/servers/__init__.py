@@ -1,0 +1,24 @@
+"""Throwaway backend servers for tests and benchmarks.
+
+Each server binds to 127.0.0.1 only, keeps its data in a temporary directory,
+and is stopped by PID (never by name) when its context manager exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from dbwrap_py.registry import find_adapter
+
+
+@contextlib.contextmanager
+def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """``options``, plus a throwaway server's endpoint when the adapter can
+    start one and ``options`` name none; the server stops on exit."""
+    server = find_adapter(adapter).throwaway_server(options)
+    if server is None:
+        yield dict(options)
+        return
+    with server as server_options:
+        yield {**options, **server_options}

@@ -29,7 +29,7 @@ CHECKER_BIN := $(BUILD)/linearizability
 BENCH_BIN  := $(BUILD)/bench_bridge
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture demo bench-bridge bench-smb clean
+.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd demo bench-bridge bench-smb clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -86,7 +86,7 @@ $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-test: all test-c test-python test-conformance test-smb test-torture
+test: all test-c test-python test-conformance test-smb test-torture test-torture-etcd
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
@@ -110,6 +110,10 @@ test-smb: all
 # smbtorture's smb2 suites, native tdb against bridge+tdb, side by side.
 test-torture: all
 	$(VPY) -m dbwrap_py.cli torture
+
+# The same suites with smbd's volatile databases on a throwaway etcd.
+test-torture-etcd: all
+	$(VPY) -m dbwrap_py.cli torture --adapter etcd
 
 # The main job: a real smbd on the bridge, opens/s against native tdb.
 demo: all

@@ -51,3 +51,10 @@ def test_lease_adapter_reports_its_release_time() -> None:
     waited_ms = int(result.measured.split()[2])  # "lock free N ms after SIGKILL ..."
     assert 500 <= waited_ms <= 2000, result.measured
 
+
+
+def test_checks_skip_with_the_reason_when_no_server_can_start(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no etcd binary anywhere
+    run = run_suite("etcd", only=["kv.values", "lock.fencing"])
+    assert [r.result for r in run.results] == ["skip", "skip"]
+    assert all("etcd" in r.note and "server" in r.note for r in run.results)

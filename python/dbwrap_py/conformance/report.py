@@ -36,6 +36,10 @@ def print_table(run: SuiteRun, out: TextIO, rules: bool = True) -> None:
             for line in textwrap.wrap(f"{label}: {detail}", 96):
                 print(f"{'':<32}{line}", file=out)
     passed, failed, skipped = (len(run.names(w)) for w in ("pass", "fail", "skip"))
-    verdict = "Samba's dbwrap contract holds on it, as far as these checks go" if run.ok \
-        else "NOT safe for Samba: see the failed checks"
+    if failed:
+        verdict = "NOT safe for Samba: see the failed checks"
+    elif passed:
+        verdict = "Samba's dbwrap contract holds on it, as far as these checks go"
+    else:
+        verdict = "nothing was checked: see the reasons"
     print(f"\n{passed} passed, {failed} failed, {skipped} skipped: {verdict}", file=out)

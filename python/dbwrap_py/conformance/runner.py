@@ -20,7 +20,7 @@ from dbwrap_py.adapter import Capabilities
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.paths import build_dir
 from dbwrap_py.registry import find_adapter
-from dbwrap_py.servers import backend_options
+from dbwrap_py.servers import ServerError, backend_options
 
 #: the whole suite is bounded; each check is bounded inside the driver
 SUITE_TIMEOUT_SECONDS = 1800
@@ -85,6 +85,12 @@ def _capability_args(caps: Capabilities) -> list[str]:
     return args
 
 
+def _all_skipped(adapter: str, only: Sequence[str], why: str) -> SuiteRun:
+    checks = [(name, rule) for name, rule in list_checks() if not only or name in only]
+    caps = find_adapter(adapter).capabilities
+    return SuiteRun(adapter, caps, [CheckResult(name, rule, "skip", why) for name, rule in checks])
+
+
 def _parse(out: str) -> list[CheckResult]:
     results = []
     for line in out.splitlines():
@@ -116,7 +122,10 @@ def run_suite(
             caps = None
             args.append("--native")
         else:
-            options = stack.enter_context(backend_options(adapter, options))
+            try:
+                options = stack.enter_context(backend_options(adapter, options))
+            except ServerError as exc:
+                return _all_skipped(adapter, only, f"needs a server, and none could be started: {exc}")
             caps = find_adapter(adapter).declared_capabilities(options)
             args += [f"--adapter={adapter}", *_capability_args(caps)]
             args += [f"--option={k}={v}" for k, v in options.items()]

@@ -12,6 +12,10 @@ from collections.abc import Iterator, Mapping
 from dbwrap_py.registry import find_adapter
 
 
+class ServerError(RuntimeError):
+    """A throwaway server could not be started (not installed, no port, ...)."""
+
+
 @contextlib.contextmanager
 def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """``options``, plus a throwaway server's endpoint when the adapter can

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from dbwrap_py.servers import ServerError
+
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
 COMPACTION_RETENTION = 10000
@@ -65,7 +67,7 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-class EtcdError(RuntimeError):
+class EtcdError(ServerError):
     """The throwaway etcd could not be started."""
 
 

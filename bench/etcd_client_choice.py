@@ -4,8 +4,8 @@ Runs this project's hot path, one record lock cycle as do_locked does it
 (lock_get, put_unlock) plus one read (get), on small values, against a
 throwaway 1-member etcd, with:
 
-  gateway  the etcd adapter itself: etcd's gRPC-JSON gateway over the standard
-           library's http.client (what adapters/etcd.py ships);
+  gateway  the etcd adapter itself: etcd's gRPC-JSON gateway over the adapter's
+           own small HTTP/1.1 client (adapters/_etcd_client.py);
   grpc     etcd-sdk-python (``pyetcd``, gRPC) sending the same three requests:
            the same lock txn, the same fenced write-and-unlock txn, the same read.
 

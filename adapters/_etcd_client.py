@@ -1,0 +1,549 @@
+"""etcd v3 client for the etcd adapter: the JSON gateway, and one session per process.
+
+Transport: etcd's gRPC-JSON gateway (``/v3/...`` on the client port) over a
+minimal HTTP/1.1 client on a plain socket, one keep-alive connection per
+process. It is fork-safe and needs no extra package, and a process using it
+is about half the size of one using a gRPC client, with a third of the threads
+(smbd forks one process per client; bench/etcd_client_choice.py measures both,
+README's "etcd" section has the numbers).
+
+Session: what one process shares between its databases on one cluster: that
+connection, a lease granted on first need and a keepalive thread refreshing it.
+A session inherited through fork() is dropped unused, never closed.
+
+The leading underscore keeps the registry from listing this as an adapter;
+adapters/etcd.py is its only user.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from dbwrap_py.errors import (
+    AccessDenied,
+    ConfigError,
+    DbwrapError,
+    InvalidParameter,
+    NotSupported,
+    Timeout,
+    Unavailable,
+)
+from dbwrap_py.options import Options
+
+DEFAULT_LEASE_TTL = 10
+DEFAULT_OP_TIMEOUT = 10.0
+
+# gRPC status codes, as the gateway reports them in {"code": N}
+_DEADLINE_EXCEEDED = 4
+_NOT_FOUND = 5
+_PERMISSION_DENIED = 7
+_RESOURCE_EXHAUSTED = 8
+_OUT_OF_RANGE = 11
+_UNAVAILABLE = 14
+_UNAUTHENTICATED = 16
+_INVALID_ARGUMENT = 3
+
+
+class _LeaseGone(DbwrapError):
+    """etcd no longer knows the lease (it expired); get a new one and retry."""
+
+
+class _Compacted(DbwrapError):
+    """A pinned revision was compacted away during a paged scan."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key starting with ``prefix`` (which ends in '/')."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+# -- configuration ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Endpoint:
+    host: str
+    port: int
+    tls: bool
+
+    def __str__(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """What one connection needs; processes share a session per distinct config."""
+
+    endpoints: tuple[_Endpoint, ...]
+    lease_ttl: int
+    op_timeout: float
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    user: str | None
+    password: str | None
+
+    @classmethod
+    def from_options(cls, options: Options) -> "_Config":
+        ca_file = options.get_str("ca_file", "") or None
+        cert_file = options.get_str("cert_file", "") or None
+        key_file = options.get_str("key_file", "") or None
+        user = options.get_str("user", "") or None
+        password = options.get_str("password", "") or None
+        for name, path in (("ca_file", ca_file), ("cert_file", cert_file), ("key_file", key_file)):
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"option {name}={path!r}: no such file")
+        if (cert_file is None) != (key_file is None):
+            raise ConfigError("options cert_file and key_file go together")
+        if (user is None) != (password is None):
+            raise ConfigError("options user and password go together")
+        tls_default = ca_file is not None or cert_file is not None
+        raw = options.get_list("endpoints", [])
+        if not raw:
+            raise ConfigError("option endpoints is required (host:port[,host:port...])")
+        endpoints = tuple(_parse_endpoint(item, tls_default) for item in raw)
+        return cls(
+            endpoints=endpoints,
+            lease_ttl=options.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1),
+            op_timeout=_positive(options.get_float("op_timeout", DEFAULT_OP_TIMEOUT), "op_timeout"),
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            user=user,
+            password=password,
+        )
+
+
+def _positive(value: float, name: str) -> float:
+    if not value > 0:
+        raise ConfigError(f"option {name}={value} must be above 0")
+    return value
+
+
+def _parse_endpoint(text: str, tls_default: bool) -> _Endpoint:
+    tls = tls_default
+    rest = text
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        if scheme not in ("http", "https"):
+            raise ConfigError(f"endpoint {text!r}: scheme must be http or https")
+        tls = scheme == "https"
+    host, sep, port_text = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"endpoint {text!r} is not host:port")
+    return _Endpoint(host, int(port_text), tls)
+
+
+# -- transport: the JSON gateway over a minimal HTTP/1.1 client -----------------
+
+
+class _HttpConnection:
+    """Just enough HTTP/1.1 for etcd's gateway: POST of a JSON body on a
+    keep-alive socket, replies with Content-Length or chunked.
+
+    The standard library's http.client took ~650 us per small range read here
+    against ~430 us for this (its header parsing costs ~110 us of CPU), and
+    imports email and ssl: ~6 MiB more in every process.
+    """
+
+    def __init__(self, endpoint: _Endpoint, timeout: float, context: Any) -> None:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if endpoint.tls:
+                sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self._reader = sock.makefile("rb")
+        self._host = f"{endpoint.host}:{endpoint.port}".encode()
+        #: the server will close after this reply: do not reuse the connection
+        self.server_closes = False
+
+    def settimeout(self, seconds: float) -> None:
+        self.sock.settimeout(seconds)
+
+    def close(self) -> None:
+        self._reader.close()
+        self.sock.close()
+
+    def send(self, path: str, body: bytes, token: str | None) -> None:
+        head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % (
+            path.encode(), self._host, len(body))
+        if token is not None:
+            head += b"Authorization: %s\r\n" % token.encode()
+        self.sock.sendall(head + b"\r\n" + body)
+
+    def read_head(self) -> tuple[int, dict[bytes, bytes]]:
+        line = self._line()
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise ConnectionError(f"not an HTTP reply: {line[:80]!r}")
+        headers: dict[bytes, bytes] = {}
+        while True:
+            line = self._line()
+            if line in (b"\r\n", b"\n"):
+                break
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get(b"connection", b"").lower() == b"close":
+            self.server_closes = True
+        return int(parts[1]), headers
+
+    def read_body(self, headers: Mapping[bytes, bytes]) -> bytes:
+        if b"content-length" in headers:
+            return self._exactly(int(headers[b"content-length"]))
+        if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+            parts = []
+            while chunk := self.read_chunk():
+                parts.append(chunk)
+            return b"".join(parts)
+        self.server_closes = True
+        return self._reader.read()
+
+    def read_chunk(self) -> bytes:
+        """The next chunk of a chunked body; b"" after the last."""
+        try:
+            size = int(self._line().split(b";")[0], 16)
+        except ValueError:
+            raise ConnectionError("bad chunk size in etcd's reply") from None
+        if size == 0:
+            while self._line() not in (b"\r\n", b"\n"):  # trailers
+                pass
+            return b""
+        data = self._exactly(size)
+        self._exactly(2)  # the chunk's CRLF
+        return data
+
+    def _line(self) -> bytes:
+        line = self._reader.readline(65537)
+        if not line.endswith(b"\n"):
+            raise ConnectionError("etcd closed the connection")
+        return line
+
+    def _exactly(self, size: int) -> bytes:
+        data = self._reader.read(size)
+        if len(data) < size:
+            raise ConnectionError("etcd closed the connection mid-reply")
+        return data
+
+
+class _Transport:
+    """One keep-alive HTTP connection to one endpoint at a time, failing over.
+
+    A request is retried on another endpoint only when it cannot have been
+    applied (no connection), or when it is safe to repeat (``idempotent``).
+    Every request ends within its deadline: Timeout if the server is silent,
+    Unavailable if no endpoint answers.
+    """
+
+    def __init__(self, config: _Config) -> None:
+        self.config = config
+        self._current = 0
+        self._conn: _HttpConnection | None = None
+        self._token: str | None = None
+        self._ssl: Any = None
+        if any(e.tls for e in config.endpoints):
+            import ssl  # only with TLS: it costs ~4 MiB
+
+            self._ssl = ssl.create_default_context(cafile=config.ca_file)
+            if config.cert_file is not None:
+                self._ssl.load_cert_chain(config.cert_file, config.key_file)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def open_stream(self, path: str, body: Mapping[str, Any], deadline: float) -> _HttpConnection:
+        """A fresh connection carrying one streaming request (a watch), its
+        reply head read; the caller reads chunks and closes it."""
+        endpoint = self.config.endpoints[self._current]
+        conn = _HttpConnection(endpoint, max(0.001, deadline - time.monotonic()), self._ssl)
+        try:
+            conn.send(path, json.dumps(body).encode(), self._token)
+            status, _ = conn.read_head()
+            if status != 200:
+                raise ConnectionError(f"etcd answered {path} with HTTP {status}")
+            return conn
+        except BaseException:
+            conn.close()
+            raise
+
+    def call(self, path: str, body: Mapping[str, Any], deadline: float, idempotent: bool) -> dict[str, Any]:
+        payload = json.dumps(body).encode()
+        refused: list[str] = []
+        reauthenticated = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if refused:
+                    raise Unavailable(f"no etcd endpoint reachable: {'; '.join(refused[-3:])}")
+                raise Timeout(f"etcd did not answer {path} in time")
+            endpoint = self.config.endpoints[self._current]
+            try:
+                conn = self._connection(endpoint, deadline)
+            except OSError as exc:  # nothing was sent
+                refused.append(f"{endpoint}: {exc}")
+                self._rotate()
+                if len(refused) % len(self.config.endpoints) == 0:
+                    time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            try:
+                conn.settimeout(remaining)
+                conn.send(path, payload, self._token)
+                status, headers = conn.read_head()
+                data = conn.read_body(headers)
+            except (socket.timeout, TimeoutError):
+                self.close()
+                raise Timeout(f"etcd at {endpoint} did not answer {path} within the timeout") from None
+            except OSError as exc:
+                # The request may have reached etcd: repeat only what is safe to repeat.
+                self.close()
+                self._rotate()
+                if idempotent:
+                    refused.append(f"{endpoint}: {exc}")
+                    continue
+                raise Unavailable(
+                    f"connection to etcd at {endpoint} lost during {path}; "
+                    f"the write may or may not have been applied: {exc}"
+                ) from None
+            if conn.server_closes:
+                self.close()
+            if status == 200:
+                return json.loads(data)
+            code, message = _error_of(data, status)
+            if code == _UNAVAILABLE and "no leader" in message:
+                # refused before it was proposed: safe to repeat once a leader is elected
+                refused.append(f"{endpoint}: {message}")
+                if len(self.config.endpoints) > 1:
+                    self._rotate()
+                time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+                continue
+            if code == _UNAUTHENTICATED and self.config.user and not reauthenticated:
+                self._token = None  # tokens expire (5 min by default); log in again once
+                self.close()
+                reauthenticated = True
+                continue
+            raise _error_for(code, message, path)
+
+    # -- internals ----------------------------------------------------------
+
+    def _rotate(self) -> None:
+        self.close()
+        self._current = (self._current + 1) % len(self.config.endpoints)
+
+    def _connection(self, endpoint: _Endpoint, deadline: float) -> _HttpConnection:
+        conn = self._conn
+        if conn is not None:
+            # A readable idle keep-alive socket means the server closed it
+            # (a killed member): reconnect before sending, so nothing is ambiguous.
+            readable, _, _ = select.select([conn.sock], [], [], 0)
+            if not readable:
+                return conn
+            self.close()
+        conn = _HttpConnection(endpoint, max(0.001, deadline - time.monotonic()), self._ssl)
+        if self.config.user and self._token is None:
+            try:
+                self._authenticate(conn)
+            except BaseException:
+                conn.close()
+                raise
+        self._conn = conn
+        return conn
+
+    def _authenticate(self, conn: _HttpConnection) -> None:
+        body = json.dumps({"name": self.config.user, "password": self.config.password}).encode()
+        conn.send("/v3/auth/authenticate", body, None)
+        status, headers = conn.read_head()
+        data = conn.read_body(headers)
+        if status != 200:
+            _, message = _error_of(data, status)
+            raise AccessDenied(f"etcd refused user {self.config.user!r}: {message}")
+        self._token = json.loads(data)["token"]
+
+
+def _error_of(data: bytes, status: int) -> tuple[int, str]:
+    try:
+        parsed = json.loads(data)
+        return int(parsed.get("code", 0)), str(parsed.get("message") or parsed.get("error"))
+    except (ValueError, AttributeError):
+        return (_UNAVAILABLE if status >= 500 else 0), f"HTTP {status}: {data[:200]!r}"
+
+
+def _error_for(code: int, message: str, path: str) -> DbwrapError:
+    text = f"etcd {path}: {message}"
+    if code == _NOT_FOUND and "lease not found" in message:
+        return _LeaseGone(text)
+    if code == _OUT_OF_RANGE and "compacted" in message:
+        return _Compacted(text)
+    if "too large" in message or "larger than max" in message:
+        return InvalidParameter(f"{text} (etcd's --max-request-bytes bounds a value)")
+    if code == _DEADLINE_EXCEEDED or "timed out" in message:
+        return Timeout(text)
+    if code == _UNAVAILABLE or code == _RESOURCE_EXHAUSTED:
+        # RESOURCE_EXHAUSTED is "database space exceeded": etcd takes no writes
+        return Unavailable(text)
+    if code in (_PERMISSION_DENIED, _UNAUTHENTICATED):
+        return AccessDenied(text)
+    if code == _INVALID_ARGUMENT and "too many operations" in message:
+        return NotSupported(f"{text} (raise etcd's --max-txn-ops for larger transactions)")
+    if code == _INVALID_ARGUMENT:
+        return InvalidParameter(text)
+    return DbwrapError(text)
+
+
+# -- per-process session: connection, lease, keepalive thread ------------------
+
+
+class _Session:
+    """What one process shares between its databases on one cluster.
+
+    The lease is granted on first need and refreshed every TTL/3 by a daemon
+    thread with its own connection. The thread sleeps between refreshes: it
+    costs one parked thread and TTL/3-spaced requests per process, and it is
+    what keeps a lock (or a volatile database's opener key) alive through a
+    long hold. The lease is revoked when the last database closes.
+    """
+
+    def __init__(self, config: _Config) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.transport = _Transport(config)
+        self.users = 0
+        self.keepalive_round_trips = 0
+        self._mutex = threading.Lock()
+        self._lease_id: int | None = None
+        self._lease_ttl = config.lease_ttl
+        self._expires_at = 0.0
+        self._openers: dict[bytes, None] = {}  # opener keys to put again under a new lease
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def lease(self, deadline: float, count: "_Counter") -> int:
+        """The live lease, granted now if there is none (or it has lapsed)."""
+        with self._mutex:
+            if self._lease_id is not None and time.monotonic() < self._expires_at:
+                return self._lease_id
+            return self._grant(self.transport, deadline, count)
+
+    def lease_lost(self, lease_id: int) -> None:
+        with self._mutex:
+            if self._lease_id == lease_id:
+                self._lease_id = None
+
+    def add_opener(self, key: bytes) -> None:
+        with self._mutex:
+            self._openers[key] = None
+
+    def remove_opener(self, key: bytes) -> None:
+        with self._mutex:
+            self._openers.pop(key, None)
+
+    def close(self) -> None:
+        """Revoke the lease (our locks and opener keys go at once) and stop the thread."""
+        self._stop.set()
+        with self._mutex:
+            lease_id, self._lease_id = self._lease_id, None
+        if lease_id is not None:
+            try:
+                deadline = time.monotonic() + min(1.0, self.config.op_timeout)
+                self.transport.call("/v3/lease/revoke", {"ID": str(lease_id)}, deadline, idempotent=True)
+            except DbwrapError:
+                pass  # it expires by itself
+        self.transport.close()
+
+    # -- internals: called with self._mutex held -----------------------------
+
+    def _grant(self, transport: _Transport, deadline: float, count: "_Counter") -> int:
+        sent = time.monotonic()
+        count.add()
+        reply = transport.call("/v3/lease/grant", {"TTL": str(self.config.lease_ttl)}, deadline, idempotent=True)
+        lease_id = int(reply["ID"])
+        self._lease_ttl = int(reply.get("TTL", self.config.lease_ttl))  # etcd may raise a TTL below its minimum
+        self._lease_id = lease_id
+        self._expires_at = sent + self._lease_ttl
+        if self._openers:  # the old lease took our opener keys with it
+            count.add()
+            ops = [{"request_put": {"key": _b64(k), "lease": str(lease_id)}} for k in self._openers]
+            transport.call("/v3/kv/txn", {"success": ops}, deadline, idempotent=True)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._keepalive, name="dbwrap-py-etcd-keepalive", daemon=True)
+            self._thread.start()
+        return lease_id
+
+    def _keepalive(self) -> None:
+        transport = _Transport(self.config)
+        counter = _Counter(self, "keepalive_round_trips")
+        interval = self._lease_ttl / 3
+        while not self._stop.wait(interval):
+            interval = self._lease_ttl / 3
+            with self._mutex:
+                lease_id = self._lease_id
+            if lease_id is None:
+                continue
+            sent = time.monotonic()
+            try:
+                counter.add()
+                reply = transport.call(
+                    "/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True
+                )
+                ttl = int(reply.get("result", {}).get("TTL", 0))
+                with self._mutex:
+                    if self._lease_id != lease_id:
+                        continue
+                    if ttl > 0:
+                        self._expires_at = sent + ttl
+                    elif self._openers:  # lapsed: put the opener keys back at once
+                        self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
+                    else:
+                        self._lease_id = None  # the next lock grants a new one
+            except DbwrapError:
+                interval = max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
+        transport.close()
+
+
+class _Counter:
+    """Adds one to an integer attribute: the round-trip counts."""
+
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner: object, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def add(self) -> None:
+        setattr(self.owner, self.name, getattr(self.owner, self.name) + 1)
+
+
+_sessions: dict[_Config, _Session] = {}
+_inherited: list[_Session] = []  # from before fork(): kept, never used or closed
+
+
+def _session_for(config: _Config) -> _Session:
+    session = _sessions.get(config)
+    if session is not None and session.pid == os.getpid():
+        return session
+    if session is not None:
+        _inherited.append(session)
+    session = _sessions[config] = _Session(config)
+    return session

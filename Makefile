@@ -27,9 +27,10 @@ TEST_BIN   := $(BUILD)/test_dbwrap
 CHECK_BIN  := $(BUILD)/dbwrap_check
 CHECKER_BIN := $(BUILD)/linearizability
 BENCH_BIN  := $(BUILD)/bench_bridge
+MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd demo bench-bridge bench-smb clean
+.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd demo bench bench-bridge bench-smb clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -86,6 +87,12 @@ $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
+$(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
+		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
 test: all test-c test-python test-conformance test-smb test-torture test-torture-etcd
 
 test-c: venv $(TEST_BIN)
@@ -124,9 +131,19 @@ bench-bridge: all $(BENCH_BIN)
 	@mkdir -p $(RESULTS)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
 
-bench-smb: all
-	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,4,16,64 --time 8 --rounds 3 \
+# Every landed adapter against native tdb: SMB sweep, micro, memory (~10 min).
+bench: all $(MICRO_BIN)
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,2,4,8,16,32,64,128 --time 8 \
 		--json $(RESULTS)/bench-smb.json
+	$(VPY) -m dbwrap_py.cli bench micro --time 1 --json $(RESULTS)/bench-micro.json
+	$(VPY) -m dbwrap_py.cli bench memory --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory.json
+
+# bridge+tdb against native tdb only, three paired rounds per point.
+bench-smb: all
+	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --nprocs 1,4,16,64 --time 8 --rounds 3 \
+		--json $(RESULTS)/bench-smb-tdb.json
 
 clean:
 	rm -rf $(BUILD)

@@ -9,7 +9,9 @@
   dbwrap-py etcd [--nodes 1|3]             a throwaway etcd on 127.0.0.1 until Ctrl-C
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
-  dbwrap-py bench smb [--nprocs 1,4,...]   path-contention-shared sweep, ratios to tdb
+  dbwrap-py bench smb [--adapters A,...]   path-contention-shared sweep, every adapter against native tdb
+  dbwrap-py bench micro                    per-operation p50/p99 through the bridge, YCSB-style mixes
+  dbwrap-py bench memory                   RSS and PSS per smbd client process, native against bridged
 
 DB is the name smbd would pass to db_open, e.g. /var/lib/samba/private/secrets.tdb.
 Keys and values are given as text; use \\xNN escapes for other bytes.
@@ -217,15 +219,89 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_smb(args: argparse.Namespace) -> int:
-    from dbwrap_py import smbbench
+    from contextlib import ExitStack
+    from dataclasses import asdict
+
+    from dbwrap_py import benchsetup, charts, smbbench
+    from dbwrap_py.progress import SweepProgress
 
     nprocs = [int(n) for n in args.nprocs.split(",")]
-    print(f"path-contention-shared, {args.time}s per point, native tdb against bridge+{args.adapter}")
-    points = smbbench.run(nprocs, args.time, adapter=args.adapter, rounds=args.rounds)
-    rows = smbbench.summary(points)
-    smbbench.print_summary(rows, args.adapter)
-    smbbench.write_json(Path(args.json), points, rows, args.time, args.adapter)
-    print(f"results: {args.json}")
+    skipped: dict[str, str] = {}
+    with ExitStack() as stack:
+        ready = benchsetup.ready_adapters(args.adapters, args.option, True, stack, print)
+        backends = [smbbench.Backend(None)] + [smbbench.Backend(a, o) for a, o in ready.items()]
+        print(f"path-contention-shared, {args.time}s per point, {args.rounds} round(s): "
+              + ", ".join(b.label for b in backends))
+        with SweepProgress(len(backends), nprocs, args.rounds, args.time) as progress:
+            def done(p: smbbench.Point) -> None:
+                progress.done(p.nprocs, f"  nprocs={p.nprocs:<4} {p.mode:<22} "
+                              f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms"
+                              + ("" if p.ok else f"  FAILED {p.error}"))
+
+            def skip(label: str, why: str) -> None:
+                skipped[label] = why
+                progress.skip(label, why)
+
+            points = smbbench.sweep(backends, nprocs, args.time, args.rounds,
+                                    on_start=progress.start, on_point=done, on_error=skip)
+    rows = smbbench.sweep_summary(points)
+    print("\nopens/s (ratio to native tdb)\n" + "\n".join(smbbench.table_lines(rows)))
+    out = Path(args.json)
+    stem = out.with_suffix("")
+    smbbench.write_sweep_json(out, points, rows, args.time, args.rounds, skipped)
+    smbbench.write_csv(stem.with_suffix(".csv"), [asdict(p) for p in points])
+    smbbench.write_csv(stem.with_name(stem.name + "-summary.csv"), rows)
+    pngs = charts.sweep_charts(rows, stem, args.time) if points else []
+    print("results: " + ", ".join(str(p) for p in [out, stem.with_suffix(".csv"), *pngs]))
+    return 0
+
+
+def _cmd_bench_micro(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from dbwrap_py import benchsetup, microbench
+    from dbwrap_py.paths import build_dir
+
+    binary = build_dir() / "bench_micro"
+    if not binary.exists():
+        print(f"{binary} is missing: run make", file=sys.stderr)
+        return 2
+    with ExitStack() as stack:
+        ready = benchsetup.ready_adapters(args.adapters, args.option, False, stack, print)
+        backends = [microbench.NATIVE, *ready]
+        results = microbench.run(
+            binary, backends, ready, args.ops, args.time, args.keys,
+            on_backend=lambda b: print(f"bench micro: {b}", flush=True),
+            on_error=lambda b, why: print(f"skipping {b}: {why}", flush=True))
+    print("\n" + "\n".join(microbench.table(results)))
+    out = Path(args.json)
+    settings = {"max_ops": args.ops, "seconds_per_workload": args.time, "keys": args.keys}
+    microbench.write_json(out, results, settings)
+    microbench.write_csv(out.with_suffix(".csv"), results)
+    print(f"results: {out}, {out.with_suffix('.csv')}")
+    return 0
+
+
+def _cmd_bench_memory(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from dbwrap_py import benchsetup, charts, memory_usage, smbbench
+
+    counts = [int(n) for n in args.connections.split(",")]
+    with ExitStack() as stack:
+        ready = benchsetup.ready_adapters(args.adapters, args.option, True, stack, print)
+        backends = [smbbench.Backend(None)] + [smbbench.Backend(a, o) for a, o in ready.items()]
+        sambas = smbbench.start_sambas(stack, backends,
+                                       lambda label, why: print(f"skipping {label}: {why}"))
+        rows = memory_usage.measure(
+            sambas, counts,
+            on_start=lambda b, n: print(f"bench memory: {b}, {n} connections", flush=True))
+    print("\nper smbd client process\n" + "\n".join(memory_usage.table_lines(rows)))
+    out = Path(args.json)
+    memory_usage.write_json(out, rows)
+    smbbench.write_csv(out.with_suffix(".csv"), memory_usage.as_dicts(rows))
+    png = charts.memory_chart(memory_usage.as_dicts(rows), out.with_suffix(".png")) if rows else None
+    print(f"results: {out}, {out.with_suffix('.csv')}" + (f", {png}" if png else ""))
     return 0
 
 
@@ -275,13 +351,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--nprocs", type=int, default=4)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    smb = bench_sub.add_parser("smb", help="path-contention-shared sweep against native tdb")
-    smb.add_argument("--nprocs", default="1,4,16,64")
-    smb.add_argument("--time", type=int, default=10)
-    smb.add_argument("--rounds", type=int, default=1)
-    smb.add_argument("--json", default="results/bench-smb.json")
-    for cmd, fn in ((samba, _cmd_samba), (torture, _cmd_torture), (demo, _cmd_demo),
-                    (smb, _cmd_bench_smb)):
+    smb = bench_sub.add_parser("smb", help="path-contention-shared sweep, every adapter against native tdb")
+    smb.add_argument("--nprocs", default="1,2,4,8,16,32,64,128", help="comma list of client counts")
+    smb.add_argument("--time", type=int, default=10, help="seconds per point")
+    smb.add_argument("--rounds", type=int, default=1, help="passes over every point")
+    smb.add_argument("--json", default="results/bench-smb.json",
+                     help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
+    smb.set_defaults(fn=_cmd_bench_smb)
+    micro = bench_sub.add_parser("micro", help="per-operation p50/p99 through the bridge, YCSB-style mixes")
+    micro.add_argument("--ops", type=int, default=20000, help="at most this many operations per workload")
+    micro.add_argument("--time", type=float, default=2.0, help="and at most this many seconds per workload")
+    micro.add_argument("--keys", type=int, default=1000, help="records in the key space")
+    micro.add_argument("--json", default="results/bench-micro.json")
+    micro.set_defaults(fn=_cmd_bench_micro)
+    memory = bench_sub.add_parser("memory", help="RSS and PSS per smbd client process, native against bridged")
+    memory.add_argument("--connections", default="1,16,64", help="comma list of connection counts")
+    memory.add_argument("--json", default="results/bench-memory.json")
+    memory.set_defaults(fn=_cmd_bench_memory)
+    for cmd in (smb, micro, memory):
+        cmd.add_argument("--adapters", "--adapter", default="auto",
+                         help="comma list of adapters, or 'auto' for every one that has landed;"
+                              " native tdb always runs as the reference")
+        cmd.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
+                         help="adapter option (repeatable), e.g. etcd:endpoints=127.0.0.1:2379")
+    for cmd, fn in ((samba, _cmd_samba), (torture, _cmd_torture), (demo, _cmd_demo)):
         cmd.add_argument("--adapter", default="tdb", help="adapter for the bridged databases")
         cmd.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                          help="adapter option (repeatable)")

@@ -3,21 +3,34 @@
 Both Sambas run at once and the measurements alternate (native, bridge) at
 each point, so the load of this shared machine drifts over both alike. Only
 ratios taken in the same run mean anything.
+
+* run(): native tdb against one adapter (the demo and `make bench-smb`);
+* sweep(): native tdb and every given adapter, one throwaway Samba each, all
+  up at once; at each nprocs every backend is measured in turn, native
+  first, so the ratios of one round share the machine's load;
+* sweep_summary(), table_lines(), write_sweep_json(), write_sweep_csv():
+  medians, ratios to native tdb, and the files under results/.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
 import statistics
+import subprocess
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dbwrap_py.samba import ThrowawaySamba
+from dbwrap_py.errors import DbwrapError
+from dbwrap_py.samba import SambaError, SambaSetup, ThrowawaySamba
 from dbwrap_py.smbtorture import Rates, path_contention, setup_for
+
+NATIVE = "native"
 
 
 @dataclass
@@ -29,6 +42,10 @@ class Point:
     open_latency_ms: float
     close_latency_ms: float
     ok: bool
+    #: which pass over the nprocs points (a sweep's rounds)
+    round_index: int = 0
+    #: why the point has no rates (smbtorture timed out), else empty
+    error: str = ""
 
 
 def _point(mode: str, nprocs: int, rates: Rates) -> Point:
@@ -97,3 +114,168 @@ def write_json(path: Path, points: Sequence[Point], rows: Sequence[dict], second
         "points": [asdict(p) for p in points],
         "summary": list(rows),
     }, indent=2) + "\n")
+
+
+# -- the sweep: native tdb and every adapter --------------------------------
+
+
+@dataclass
+class Backend:
+    """One throwaway Samba of the sweep: native tdb, or smbd's volatile
+    databases on the bridge with ``adapter``."""
+
+    adapter: str | None  # None: native tdb
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return NATIVE if self.adapter is None else f"bridge+{self.adapter}"
+
+    def setup(self) -> SambaSetup:
+        if self.adapter is None:
+            return setup_for("native")
+        return setup_for("bridge", self.adapter, dict(self.options))
+
+
+def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
+            round_index: int) -> Point:
+    """One point; a run that hangs past its timeout gives a failed point."""
+    try:
+        rates = path_contention(samba, nprocs, seconds)
+    except subprocess.TimeoutExpired:
+        return Point(label, nprocs, 0.0, 0.0, 0.0, 0.0, False, round_index,
+                     f"smbtorture ran past {seconds + 120}s")
+    point = _point(label, nprocs, rates)
+    point.round_index = round_index
+    return point
+
+
+def start_sambas(stack: ExitStack, backends: Sequence[Backend],
+                 on_error: Callable[[str, str], None]) -> dict[str, ThrowawaySamba]:
+    """A throwaway Samba per backend; one that will not start is reported and left out."""
+    sambas = {}
+    for backend in backends:
+        try:
+            sambas[backend.label] = stack.enter_context(ThrowawaySamba(backend.setup()))
+        except (SambaError, DbwrapError) as exc:
+            on_error(backend.label, str(exc).splitlines()[0] if str(exc) else repr(exc))
+    return sambas
+
+
+def sweep(backends: Sequence[Backend], nprocs: Sequence[int], seconds: int, rounds: int = 1,
+          on_start: Callable[[str, int], None] = lambda *_: None,
+          on_point: Callable[[Point], None] = lambda _: None,
+          on_error: Callable[[str, str], None] = lambda *_: None) -> list[Point]:
+    """Every backend at every nprocs, ``rounds`` passes; within one nprocs and
+    round the backends run one after the other, in the order given."""
+    points: list[Point] = []
+    with ExitStack() as stack:
+        sambas = start_sambas(stack, backends, on_error)
+        for n in nprocs:
+            for round_index in range(rounds):
+                for label, samba in sambas.items():
+                    on_start(label, n)
+                    point = measure(samba, label, n, seconds, round_index)
+                    points.append(point)
+                    on_point(point)
+    return points
+
+
+def _ratios(points: Sequence[Point], label: str, nprocs: int) -> list[float]:
+    """label/native opens per round at nprocs: pairs measured back to back."""
+    def by_round(mode: str) -> dict[int, float]:
+        return {p.round_index: p.opens_per_second for p in points
+                if p.nprocs == nprocs and p.mode == mode and p.ok}
+
+    native, other = by_round(NATIVE), by_round(label)
+    return [other[r] / native[r] for r in sorted(other) if native.get(r)]
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def sweep_summary(points: Sequence[Point]) -> list[dict]:
+    """One row per (nprocs, backend): medians over the rounds of opens/s,
+    closes/s and latencies, and the median of the per-round ratios to native
+    tdb. Failed points count as no sample."""
+    rows = []
+    labels = list(dict.fromkeys(p.mode for p in points))
+    for n in sorted({p.nprocs for p in points}):
+        for label in labels:
+            mine = [p for p in points if p.nprocs == n and p.mode == label and p.ok]
+            ratios = _ratios(points, label, n)
+            rows.append({
+                "nprocs": n,
+                "backend": label,
+                "samples": len(mine),
+                "opens_per_second": round(_median([p.opens_per_second for p in mine])),
+                "closes_per_second": round(_median([p.closes_per_second for p in mine])),
+                "open_latency_ms": round(_median([p.open_latency_ms for p in mine]), 3),
+                "close_latency_ms": round(_median([p.close_latency_ms for p in mine]), 3),
+                "ratio": round(_median(ratios), 3),
+                "ratio_min": round(min(ratios), 3) if ratios else 0.0,
+                "ratio_max": round(max(ratios), 3) if ratios else 0.0,
+            })
+    return rows
+
+
+def ratio_text(ratio: float) -> str:
+    """Two decimals, three below 0.1 so that small ratios still differ."""
+    return f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.3f}"
+
+
+def _cell(row: Mapping | None) -> str:
+    if row is None or not row["samples"]:
+        return "failed"
+    if row["backend"] == NATIVE:
+        return f"{row['opens_per_second']}"
+    return f"{row['opens_per_second']} ({ratio_text(row['ratio'])})"
+
+
+def table_lines(rows: Sequence[Mapping]) -> list[str]:
+    """opens/s per nprocs and backend, with the ratio to native tdb in brackets."""
+    labels = list(dict.fromkeys(r["backend"] for r in rows))
+    by_key = {(r["nprocs"], r["backend"]): r for r in rows}
+    lines = [f"{'nprocs':>6} " + " ".join(f"{label:>20}" for label in labels)]
+    for n in sorted({r["nprocs"] for r in rows}):
+        lines.append(f"{n:>6} " + " ".join(f"{_cell(by_key.get((n, label))):>20}"
+                                           for label in labels))
+    return lines
+
+
+def markdown_table(rows: Sequence[Mapping]) -> list[str]:
+    """The same table as Markdown, for the README."""
+    labels = list(dict.fromkeys(r["backend"] for r in rows))
+    by_key = {(r["nprocs"], r["backend"]): r for r in rows}
+    lines = ["| connections | " + " | ".join(f"{label} opens/s" for label in labels) + " |",
+             "|---|" + "---|" * len(labels)]
+    for n in sorted({r["nprocs"] for r in rows}):
+        lines.append(f"| {n} | " + " | ".join(_cell(by_key.get((n, label)))
+                                            for label in labels) + " |")
+    return lines
+
+
+def write_sweep_json(path: Path, points: Sequence[Point], rows: Sequence[Mapping],
+                     seconds: int, rounds: int, skipped: Mapping[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "benchmark": "smb2.bench.path-contention-shared",
+        "reference": NATIVE,
+        "seconds_per_point": seconds,
+        "rounds": rounds,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        "skipped": dict(skipped),
+        "points": [asdict(p) for p in points],
+        "summary": list(rows),
+    }, indent=2) + "\n")
+
+
+def write_csv(path: Path, rows: Sequence[Mapping]) -> None:
+    """Dicts with the same keys, one line each (points via dataclasses.asdict)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,80 @@
+"""What the benchmarks run on: which adapters, with which options and servers.
+
+* landed_adapters(): the built-in adapters that import (an adapter still in
+  progress that fails to import is left out), optionally only the ones
+  several smbd processes can share;
+* split_options(): ``-o K=V`` for every adapter, ``-o ADAPTER:K=V`` for one;
+* servers(): starts the throwaway server of every networked adapter whose
+  options name no endpoint, stopped when the ExitStack closes;
+* ready_adapters(): all three, for the `bench` commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+
+from dbwrap_py.errors import DbwrapError
+from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.servers import backend_options
+
+NATIVE = "native"
+
+
+def landed_adapters(multi_process_only: bool = False) -> list[str]:
+    """Built-in adapters that import, tdb first."""
+    names = []
+    for name in builtin_names():
+        try:
+            caps = find_adapter(name).capabilities
+        except DbwrapError:
+            continue
+        if caps.multi_process or not multi_process_only:
+            names.append(name)
+    return sorted(names, key=lambda n: (n != "tdb", n))
+
+
+def parse_adapters(text: str, multi_process_only: bool = False) -> list[str]:
+    """``auto`` (every landed adapter) or a comma list; ``native`` is dropped
+    (native tdb is always measured as the reference)."""
+    if text.strip() in ("", "auto", "all"):
+        return landed_adapters(multi_process_only)
+    return [a.strip() for a in text.split(",") if a.strip() and a.strip() != NATIVE]
+
+
+def split_options(pairs: Sequence[str], adapters: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``K=V`` applies to every adapter, ``ADAPTER:K=V`` to that one only
+    (``locking.tdb:K=V``, a per-database option, applies to every adapter)."""
+    options: dict[str, dict[str, str]] = {a: {} for a in adapters}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        target, _, rest = key.partition(":")
+        if rest and target in options:
+            options[target][rest] = value
+            continue
+        for adapter in adapters:
+            options[adapter].setdefault(key, value)
+    return options
+
+
+def servers(stack: ExitStack, adapters: Sequence[str], options: Mapping[str, Mapping[str, str]],
+            on_error: Callable[[str, str], None] = lambda *_: None) -> dict[str, dict[str, str]]:
+    """Options to reach each adapter's backend, throwaway servers started as
+    needed. Adapters whose server would not start are reported and left out."""
+    ready: dict[str, dict[str, str]] = {}
+    for adapter in adapters:
+        given = dict(options.get(adapter, {}))
+        try:
+            ready[adapter] = stack.enter_context(backend_options(adapter, given))
+        except Exception as exc:  # a server that fails to start skips one adapter
+            on_error(adapter, f"{type(exc).__name__}: {exc}")
+    return ready
+
+
+def ready_adapters(text: str, pairs: Sequence[str], multi_process_only: bool, stack: ExitStack,
+                   say: Callable[[str], None]) -> dict[str, dict[str, str]]:
+    """The adapters named by ``text`` (see parse_adapters), each with the
+    options that reach it, throwaway servers started on ``stack``."""
+    adapters = parse_adapters(text, multi_process_only)
+    return servers(stack, adapters, split_options(pairs, adapters),
+                   on_error=lambda adapter, why: say(f"skipping {adapter}: {why}"))

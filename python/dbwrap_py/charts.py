@@ -1,0 +1,102 @@
+"""PNG charts of the SMB sweep and the memory figures (matplotlib, no display).
+
+Like the seed talks' charts: opens/s against the number of clients and
+average open latency against the number of clients, clients on a log scale,
+one line per backend, native tdb drawn as the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+NATIVE = "native"
+NATIVE_LABEL = "native tdb (reference)"
+
+
+def series(rows: Sequence[Mapping], metric: str) -> dict[str, list[tuple[int, float]]]:
+    """backend -> [(nprocs, value)] sorted by nprocs; rows with no sample are left out."""
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        if row.get("samples", 1) and row[metric] > 0:
+            lines.setdefault(row["backend"], []).append((row["nprocs"], float(row[metric])))
+    return {label: sorted(points) for label, points in lines.items()}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, title: str,
+               ylabel: str, log_y: bool = False) -> Path:
+    """One line per backend against clients (log 2 scale); native dashed black."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for label, points in lines.items():
+        xs, ys = zip(*points)
+        if label == NATIVE:
+            ax.plot(xs, ys, "k--", marker="s", linewidth=2, label=NATIVE_LABEL)
+        else:
+            ax.plot(xs, ys, marker="o", linewidth=1.8, label=label)
+    ticks = sorted({x for points in lines.values() for x, _ in points})
+    ax.set_xscale("log", base=2)
+    if ticks:
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+    if log_y:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel("clients (smbtorture nprocs)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.4)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def sweep_charts(rows: Sequence[Mapping], stem: Path, seconds: int) -> list[Path]:
+    """<stem>-ops.png and <stem>-latency.png for a sweep summary."""
+    where = f"smb2.bench.path-contention-shared, {seconds} s per point"
+    return [
+        line_chart(series(rows, "opens_per_second"), stem.with_name(stem.name + "-ops.png"),
+                   f"Opens per second against clients\n{where}", "opens/s (higher is better)",
+                   log_y=True),
+        line_chart(series(rows, "open_latency_ms"), stem.with_name(stem.name + "-latency.png"),
+                   f"Average open latency against clients\n{where}",
+                   "average open latency, ms (lower is better)", log_y=True),
+    ]
+
+
+def memory_chart(rows: Sequence[Mapping], path: Path) -> Path:
+    """Mean PSS per smbd client process: a group of bars per connection count."""
+    plt = _pyplot()
+    counts = sorted({r["connections"] for r in rows})
+    labels = list(dict.fromkeys(r["backend"] for r in rows))
+    by_key = {(r["backend"], r["connections"]): r["pss_kib_mean"] / 1024 for r in rows}
+    width = 0.8 / max(len(labels), 1)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for i, label in enumerate(labels):
+        xs = [c + (i - (len(labels) - 1) / 2) * width for c in range(len(counts))]
+        ys = [by_key.get((label, n), 0.0) for n in counts]
+        ax.bar(xs, ys, width, label=NATIVE_LABEL if label == NATIVE else label,
+               color="black" if label == NATIVE else None)
+    ax.set_xticks(range(len(counts)), [str(n) for n in counts])
+    ax.set_xlabel("open connections")
+    ax.set_ylabel("PSS per smbd client process, MiB")
+    ax.set_title("Memory of one smbd client process (proportional set size)")
+    ax.grid(True, axis="y", alpha=0.4)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -408,11 +408,49 @@ static uint32_t native_store(void *handle, TDB_DATA key, TDB_DATA value,
 	return 0;
 }
 
+static uint32_t native_delete(void *handle, TDB_DATA key,
+			      struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL || tdb_delete(self->tdb, key) != 0) {
+		return native_error(self, "tdb_delete", why);
+	}
+	return 0;
+}
+
+static uint32_t native_exists(void *handle, TDB_DATA key, bool *exists,
+			      struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL) {
+		return native_error(self, "tdb_exists", why);
+	}
+	*exists = tdb_exists(self->tdb, key) == 1;
+	return 0;
+}
+
+static uint32_t native_seqnum(void *handle, int *seqnum,
+			      struct dbwrap_py_native_why *why)
+{
+	Records *self = handle;
+
+	if (self->tdb == NULL) {
+		return native_error(self, "tdb_get_seqnum", why);
+	}
+	*seqnum = tdb_get_seqnum(self->tdb) & 0x7FFFFFFF;
+	return 0;
+}
+
 static const struct dbwrap_py_native_records native_ops = {
 	.fetch = native_fetch,
 	.lock_fetch = native_lock_fetch,
 	.unlock = native_unlock,
 	.store = native_store,
+	.delete_rec = native_delete,
+	.exists = native_exists,
+	.seqnum = native_seqnum,
 };
 
 static void native_capsule_free(PyObject *capsule)

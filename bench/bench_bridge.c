@@ -22,13 +22,18 @@
 
 struct backend {
 	const char *name;
-	const char *adapter; /* NULL: native tdb */
+	const char *adapter;          /* NULL: native tdb */
+	const char *const *options;   /* adapter options, or NULL */
 };
 
+/* the tdb adapter through its Python methods instead of native records */
+static const char *const python_path[] = { "native_records=no", NULL };
+
 static const struct backend backends[] = {
-	{ "native-tdb", NULL },
-	{ "bridge+tdb", "tdb" },
-	{ "bridge+memory", "memory" },
+	{ "native-tdb", NULL, NULL },
+	{ "bridge+tdb", "tdb", NULL },
+	{ "bridge+tdb-py", "tdb", python_path },
+	{ "bridge+memory", "memory", NULL },
 };
 #define NUM_BACKENDS (sizeof(backends) / sizeof(backends[0]))
 
@@ -137,7 +142,7 @@ static struct db_context *open_backend(TALLOC_CTX *mem, const struct backend *b,
 				   DBWRAP_LOCK_ORDER_NONE, 0);
 	}
 	return db_open_py(mem, path, 0, flags, O_RDWR | O_CREAT, 0600,
-			  DBWRAP_LOCK_ORDER_NONE, 0, b->adapter, NULL);
+			  DBWRAP_LOCK_ORDER_NONE, 0, b->adapter, b->options);
 }
 
 /* The storev choice: one joined bytes (built in C) against a list joined in Python. */

@@ -70,5 +70,9 @@ NTSTATUS inproc_native_locked(struct dbwrap_py_db *db, TDB_DATA key,
 			      dbwrap_py_locked_fn fn, void *private_data);
 NTSTATUS inproc_native_store(struct dbwrap_py_db *db, TDB_DATA key,
 			     const TDB_DATA *dbufs, int num_dbufs);
+NTSTATUS inproc_native_delete(struct dbwrap_py_db *db, TDB_DATA key);
+NTSTATUS inproc_native_exists(struct dbwrap_py_db *db, TDB_DATA key,
+			      bool *exists);
+NTSTATUS inproc_native_seqnum(struct dbwrap_py_db *db, int *seqnum);
 
 #endif /* DBWRAP_PY_INPROC_H */

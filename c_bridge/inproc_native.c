@@ -151,3 +151,28 @@ NTSTATUS inproc_native_store(struct dbwrap_py_db *db, TDB_DATA key,
 	TALLOC_FREE(joined);
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "store", code, &why);
 }
+
+NTSTATUS inproc_native_delete(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	struct dbwrap_py_native_why why;
+	uint32_t code = db->native->delete_rec(db->native_handle, key, &why);
+
+	return code == 0 ? NT_STATUS_OK : native_failed(db, "delete", code, &why);
+}
+
+NTSTATUS inproc_native_exists(struct dbwrap_py_db *db, TDB_DATA key,
+			      bool *exists)
+{
+	struct dbwrap_py_native_why why;
+	uint32_t code = db->native->exists(db->native_handle, key, exists, &why);
+
+	return code == 0 ? NT_STATUS_OK : native_failed(db, "exists", code, &why);
+}
+
+NTSTATUS inproc_native_seqnum(struct dbwrap_py_db *db, int *seqnum)
+{
+	struct dbwrap_py_native_why why;
+	uint32_t code = db->native->seqnum(db->native_handle, seqnum, &why);
+
+	return code == 0 ? NT_STATUS_OK : native_failed(db, "seqnum", code, &why);
+}

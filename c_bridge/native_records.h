@@ -1,6 +1,7 @@
 /*
  * Record operations an adapter may offer in C, so that the bridge runs the
- * hot path (fetch, lock, unlock, store) without the GIL or a Python call.
+ * hot path (fetch, lock, unlock, store, delete, exists, seqnum) without the
+ * GIL or a Python call.
  *
  * An adapter offers them by having an attribute `native_records`: a
  * PyCapsule named DBWRAP_PY_NATIVE_RECORDS whose pointer is the adapter's
@@ -50,6 +51,14 @@ struct dbwrap_py_native_records {
 	/* Store a locked record (replace). */
 	uint32_t (*store)(void *handle, TDB_DATA key, TDB_DATA value,
 			  struct dbwrap_py_native_why *why);
+	/* Delete a locked record; NT_STATUS_NOT_FOUND for a missing key. */
+	uint32_t (*delete_rec)(void *handle, TDB_DATA key,
+			       struct dbwrap_py_native_why *why);
+	uint32_t (*exists)(void *handle, TDB_DATA key, bool *exists,
+			   struct dbwrap_py_native_why *why);
+	/* A number in 0..2^31-1 that changes on every committed write. */
+	uint32_t (*seqnum)(void *handle, int *seqnum,
+			   struct dbwrap_py_native_why *why);
 };
 
 #endif /* DBWRAP_PY_NATIVE_RECORDS_H */

@@ -258,10 +258,16 @@ static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 
 static NTSTATUS inproc_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = call_key(db, M_DELETE, key);
-	NTSTATUS status = (result != NULL) ? NT_STATUS_OK
-					   : method_failed(db, M_DELETE);
+	PyGILState_STATE gil;
+	PyObject *result;
+	NTSTATUS status;
+
+	if (db->native != NULL) {
+		return inproc_native_delete(db, key);
+	}
+	gil = PyGILState_Ensure();
+	result = call_key(db, M_DELETE, key);
+	status = (result != NULL) ? NT_STATUS_OK : method_failed(db, M_DELETE);
 
 	Py_XDECREF(result);
 	PyGILState_Release(gil);
@@ -271,9 +277,15 @@ static NTSTATUS inproc_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 static NTSTATUS inproc_exists(struct dbwrap_py_db *db, TDB_DATA key,
 			      bool *exists)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = call_key(db, M_EXISTS, key);
+	PyGILState_STATE gil;
+	PyObject *result;
 	NTSTATUS status = NT_STATUS_OK;
+
+	if (db->native != NULL) {
+		return inproc_native_exists(db, key, exists);
+	}
+	gil = PyGILState_Ensure();
+	result = call_key(db, M_EXISTS, key);
 
 	if (result == NULL) {
 		status = method_failed(db, M_EXISTS);
@@ -368,10 +380,16 @@ static NTSTATUS inproc_traverse(struct dbwrap_py_db *db, bool write,
 
 static NTSTATUS inproc_seqnum(struct dbwrap_py_db *db, int *seqnum)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *result = PyObject_CallNoArgs(db->methods[M_SEQNUM]);
+	PyGILState_STATE gil;
+	PyObject *result;
 	NTSTATUS status = NT_STATUS_OK;
 	long value;
+
+	if (db->native != NULL) {
+		return inproc_native_seqnum(db, seqnum);
+	}
+	gil = PyGILState_Ensure();
+	result = PyObject_CallNoArgs(db->methods[M_SEQNUM]);
 
 	if (result == NULL) {
 		status = method_failed(db, M_SEQNUM);

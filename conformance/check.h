@@ -97,6 +97,9 @@ static inline TDB_DATA u32_data(uint32_t *v)
 /* A 4-byte value as a number; UINT32_MAX for anything else. */
 uint32_t value_u32(TDB_DATA value);
 
+/* Does key hold exactly the string want (without its NUL)? */
+bool has_value(struct db_context *db, const char *key, const char *want);
+
 /* The value of key as a number: 0 when missing, UINT32_MAX on error. */
 uint32_t fetch_u32(struct db_context *db, const char *key);
 

@@ -274,17 +274,6 @@ static int exited_ok(pid_t pid, long wait_ms)
 	return -1;
 }
 
-static bool value_is(struct db_context *db, const char *key, const char *want)
-{
-	TALLOC_CTX *mem = talloc_new(NULL);
-	TDB_DATA got;
-	bool same = NT_STATUS_IS_OK(dbwrap_fetch(db, mem, str_data(key), &got)) &&
-		    got.dsize == strlen(want) && memcmp(got.dptr, want, got.dsize) == 0;
-
-	talloc_free(mem);
-	return same;
-}
-
 static long release_limit_ms(const struct target *t)
 {
 	return (long)(t->lock_release_seconds * 1000) + 1000;
@@ -375,7 +364,7 @@ static enum result check_fencing(const struct target *t, const char *dir)
 	if (t->lock_release_seconds <= 0) {
 		CHECK(holder_rc == 0, "the resumed holder's store failed (status %d)", holder_rc);
 		CHECK(rc == 0, "the contender never got the lock after the holder let go");
-		CHECK(value_is(db, "fenced", "contender"),
+		CHECK(has_value(db, "fenced", "contender"),
 		      "the contender wrote while the paused holder still held the lock");
 		MEASURED("paused holder kept the lock for %ld ms; no lease to outlive", pause_ms);
 	} else {
@@ -383,7 +372,7 @@ static enum result check_fencing(const struct target *t, const char *dir)
 		      "holder's pause (declared lease %.1f s)", pause_ms, t->lock_release_seconds);
 		CHECK(holder_rc != 0, "the holder's write after losing its lease succeeded: "
 		      "no fencing");
-		CHECK(value_is(db, "fenced", "contender"),
+		CHECK(has_value(db, "fenced", "contender"),
 		      "the value is not the contender's: the stale holder overwrote it");
 		MEASURED("stale holder refused after a %ld ms pause", pause_ms);
 	}

@@ -13,17 +13,6 @@
 	}								\
 } while (0)
 
-static bool has_value(struct db_context *db, const char *key, const char *want)
-{
-	TALLOC_CTX *mem = talloc_new(NULL);
-	TDB_DATA got;
-	bool same = NT_STATUS_IS_OK(dbwrap_fetch(db, mem, str_data(key), &got)) &&
-		    got.dsize == strlen(want) && memcmp(got.dptr, want, got.dsize) == 0;
-
-	talloc_free(mem);
-	return same;
-}
-
 struct seen_by_child {
 	const struct target *t;
 	const char *dir;

@@ -142,6 +142,17 @@ uint32_t fetch_u32(struct db_context *db, const char *key)
 	return v;
 }
 
+bool has_value(struct db_context *db, const char *key, const char *want)
+{
+	TALLOC_CTX *mem = talloc_new(NULL);
+	TDB_DATA got;
+	bool same = NT_STATUS_IS_OK(dbwrap_fetch(db, mem, str_data(key), &got)) &&
+		    got.dsize == strlen(want) && memcmp(got.dptr, want, got.dsize) == 0;
+
+	talloc_free(mem);
+	return same;
+}
+
 static uint32_t next_count(TDB_DATA value)
 {
 	return value.dsize == 0 ? 1 : value_u32(value) + 1;

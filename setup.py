@@ -25,6 +25,7 @@ setup(
     packages=[
         "dbwrap_py",
         "dbwrap_py.adapters",
+        "dbwrap_py.bench",
         "dbwrap_py.conformance",
         "dbwrap_py.conformance.broken",
         "dbwrap_py.servers",

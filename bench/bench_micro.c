@@ -22,7 +22,7 @@
  *
  * Each operation is timed alone with CLOCK_MONOTONIC (the ~20 ns of the
  * clock reads are included). Round trips per operation are read from the
- * adapters' `round_trips` counters (dbwrap_py.microbench.round_trips()),
+ * adapters' `round_trips` counters (dbwrap_py.bench.micro.round_trips()),
  * -1 when the backend keeps none. Prints one JSON object on stdout.
  */
 
@@ -301,7 +301,7 @@ static long round_trips(void)
 		return -1;
 	}
 	gil = PyGILState_Ensure();
-	module = PyImport_ImportModule("dbwrap_py.microbench");
+	module = PyImport_ImportModule("dbwrap_py.bench.micro");
 	result = module ? PyObject_CallMethod(module, "round_trips", NULL) : NULL;
 	if (result != NULL) {
 		total = PyLong_AsLong(result);

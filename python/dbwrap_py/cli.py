@@ -202,12 +202,12 @@ def _cmd_etcd(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dbwrap_py import smbbench
+    from dbwrap_py.bench import smb
 
     print(f"dbwrap_py demo: Debian's smbd with its volatile databases on bridge+{args.adapter},\n"
           f"against native tdb, smb2.bench.path-contention-shared, {args.nprocs} connections,"
           f" {args.time}s each")
-    points = smbbench.run([args.nprocs], args.time, adapter=args.adapter)
+    points = smb.run([args.nprocs], args.time, adapter=args.adapter)
     native, bridge = points
     print(f"\n{'':16}{'opens/s':>10}{'closes/s':>10}")
     for p in points:
@@ -222,18 +222,18 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
     from dataclasses import asdict
 
-    from dbwrap_py import benchsetup, charts, smbbench
-    from dbwrap_py.progress import SweepProgress
+    from dbwrap_py.bench import charts, smb, targets
+    from dbwrap_py.bench.progress import SweepProgress
 
     nprocs = [int(n) for n in args.nprocs.split(",")]
     skipped: dict[str, str] = {}
     with ExitStack() as stack:
-        ready = benchsetup.ready_adapters(args.adapters, args.option, True, stack, print)
-        backends = [smbbench.Backend(None)] + [smbbench.Backend(a, o) for a, o in ready.items()]
+        ready = targets.ready_adapters(args.adapters, args.option, True, stack, print)
+        backends = [smb.Backend(None)] + [smb.Backend(a, o) for a, o in ready.items()]
         print(f"path-contention-shared, {args.time}s per point, {args.rounds} round(s): "
               + ", ".join(b.label for b in backends))
         with SweepProgress(len(backends), nprocs, args.rounds, args.time) as progress:
-            def done(p: smbbench.Point) -> None:
+            def done(p: smb.Point) -> None:
                 progress.done(p.nprocs, f"  nprocs={p.nprocs:<4} {p.mode:<22} "
                               f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms"
                               + ("" if p.ok else f"  FAILED {p.error}"))
@@ -242,15 +242,15 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
                 skipped[label] = why
                 progress.skip(label, why)
 
-            points = smbbench.sweep(backends, nprocs, args.time, args.rounds,
+            points = smb.sweep(backends, nprocs, args.time, args.rounds,
                                     on_start=progress.start, on_point=done, on_error=skip)
-    rows = smbbench.sweep_summary(points)
-    print("\nopens/s (ratio to native tdb)\n" + "\n".join(smbbench.table_lines(rows)))
+    rows = smb.sweep_summary(points)
+    print("\nopens/s (ratio to native tdb)\n" + "\n".join(smb.table_lines(rows)))
     out = Path(args.json)
     stem = out.with_suffix("")
-    smbbench.write_sweep_json(out, points, rows, args.time, args.rounds, skipped)
-    smbbench.write_csv(stem.with_suffix(".csv"), [asdict(p) for p in points])
-    smbbench.write_csv(stem.with_name(stem.name + "-summary.csv"), rows)
+    smb.write_sweep_json(out, points, rows, args.time, args.rounds, skipped)
+    smb.write_csv(stem.with_suffix(".csv"), [asdict(p) for p in points])
+    smb.write_csv(stem.with_name(stem.name + "-summary.csv"), rows)
     pngs = charts.sweep_charts(rows, stem, args.time) if points else []
     print("results: " + ", ".join(str(p) for p in [out, stem.with_suffix(".csv"), *pngs]))
     return 0
@@ -259,7 +259,7 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
 def _cmd_bench_micro(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from dbwrap_py import benchsetup, microbench
+    from dbwrap_py.bench import micro, targets
     from dbwrap_py.paths import build_dir
 
     binary = build_dir() / "bench_micro"
@@ -267,17 +267,17 @@ def _cmd_bench_micro(args: argparse.Namespace) -> int:
         print(f"{binary} is missing: run make", file=sys.stderr)
         return 2
     with ExitStack() as stack:
-        ready = benchsetup.ready_adapters(args.adapters, args.option, False, stack, print)
-        backends = [microbench.NATIVE, *ready]
-        results = microbench.run(
+        ready = targets.ready_adapters(args.adapters, args.option, False, stack, print)
+        backends = [micro.NATIVE, *ready]
+        results = micro.run(
             binary, backends, ready, args.ops, args.time, args.keys,
             on_backend=lambda b: print(f"bench micro: {b}", flush=True),
             on_error=lambda b, why: print(f"skipping {b}: {why}", flush=True))
-    print("\n" + "\n".join(microbench.table(results)))
+    print("\n" + "\n".join(micro.table(results)))
     out = Path(args.json)
     settings = {"max_ops": args.ops, "seconds_per_workload": args.time, "keys": args.keys}
-    microbench.write_json(out, results, settings)
-    microbench.write_csv(out.with_suffix(".csv"), results)
+    micro.write_json(out, results, settings)
+    micro.write_csv(out.with_suffix(".csv"), results)
     print(f"results: {out}, {out.with_suffix('.csv')}")
     return 0
 
@@ -285,22 +285,22 @@ def _cmd_bench_micro(args: argparse.Namespace) -> int:
 def _cmd_bench_memory(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from dbwrap_py import benchsetup, charts, memory_usage, smbbench
+    from dbwrap_py.bench import charts, memory, smb, targets
 
     counts = [int(n) for n in args.connections.split(",")]
     with ExitStack() as stack:
-        ready = benchsetup.ready_adapters(args.adapters, args.option, True, stack, print)
-        backends = [smbbench.Backend(None)] + [smbbench.Backend(a, o) for a, o in ready.items()]
-        sambas = smbbench.start_sambas(stack, backends,
+        ready = targets.ready_adapters(args.adapters, args.option, True, stack, print)
+        backends = [smb.Backend(None)] + [smb.Backend(a, o) for a, o in ready.items()]
+        sambas = smb.start_sambas(stack, backends,
                                        lambda label, why: print(f"skipping {label}: {why}"))
-        rows = memory_usage.measure(
+        rows = memory.measure(
             sambas, counts,
             on_start=lambda b, n: print(f"bench memory: {b}, {n} connections", flush=True))
-    print("\nper smbd client process\n" + "\n".join(memory_usage.table_lines(rows)))
+    print("\nper smbd client process\n" + "\n".join(memory.table_lines(rows)))
     out = Path(args.json)
-    memory_usage.write_json(out, rows)
-    smbbench.write_csv(out.with_suffix(".csv"), memory_usage.as_dicts(rows))
-    png = charts.memory_chart(memory_usage.as_dicts(rows), out.with_suffix(".png")) if rows else None
+    memory.write_json(out, rows)
+    smb.write_csv(out.with_suffix(".csv"), memory.as_dicts(rows))
+    png = charts.memory_chart(memory.as_dicts(rows), out.with_suffix(".png")) if rows else None
     print(f"results: {out}, {out.with_suffix('.csv')}" + (f", {png}" if png else ""))
     return 0
 

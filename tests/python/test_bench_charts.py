@@ -1,6 +1,6 @@
 """The charts: which points become lines, and that PNG files come out."""
 
-from dbwrap_py.charts import memory_chart, series, sweep_charts
+from dbwrap_py.bench.charts import memory_chart, series, sweep_charts
 
 ROWS = [
     {"nprocs": 4, "backend": "native", "samples": 1, "opens_per_second": 4000, "open_latency_ms": 0.5},

@@ -2,7 +2,7 @@
 
 import json
 
-from dbwrap_py.memory_usage import (MemoryRow, ProcessMemory, children_of, gains, parent_pid,
+from dbwrap_py.bench.memory import (MemoryRow, ProcessMemory, children_of, gains, parent_pid,
                                     parse_smaps_rollup, process_memory, summarize, table_lines,
                                     write_json)
 

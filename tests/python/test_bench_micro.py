@@ -3,7 +3,7 @@
 import csv
 import json
 
-from dbwrap_py import microbench
+from dbwrap_py.bench import micro
 from dbwrap_py.adapter import DatabaseSpec
 from dbwrap_py.adapters.memory import ADAPTER as MemoryAdapter
 from dbwrap_py.options import Options
@@ -18,17 +18,17 @@ def output(backend: str, trips: float, p50: float = 1.0) -> str:
 
 
 def test_parse_output_maps_no_count_to_none():
-    native = microbench.parse_output(output("native", -1.0))
+    native = micro.parse_output(output("native", -1.0))
     assert [r.label for r in native] == ["parse_record", "smbd open+close (zipfian)"]
     assert native[0].round_trips_per_op is None
-    etcd = microbench.parse_output(output("etcd", 27.0))
+    etcd = micro.parse_output(output("etcd", 27.0))
     assert etcd[1].round_trips_per_op == 27.0 and etcd[1].backend == "etcd"
 
 
 def test_table_shows_p50_p99_per_backend_and_round_trips():
-    results = microbench.parse_output(output("native", -1.0)) + \
-        microbench.parse_output(output("etcd", 27.0, p50=400.0))
-    lines = microbench.table(results)
+    results = micro.parse_output(output("native", -1.0)) + \
+        micro.parse_output(output("etcd", 27.0, p50=400.0))
+    lines = micro.table(results)
     assert lines[0].split()[-2:] == ["native", "etcd"]
     assert lines[2].split()[-2:] == ["1.0/3.0", "400.0/3.0"]
     assert lines[3] == "round trips per operation, etcd: parse_record 27.0, smbd open+close (zipfian) 27.0"
@@ -36,8 +36,8 @@ def test_table_shows_p50_p99_per_backend_and_round_trips():
 
 
 def test_csv_writes_n_a_for_no_count(tmp_path):
-    results = microbench.parse_output(output("native", -1.0))
-    microbench.write_csv(tmp_path / "m.csv", results)
+    results = micro.parse_output(output("native", -1.0))
+    micro.write_csv(tmp_path / "m.csv", results)
     with (tmp_path / "m.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["round_trips_per_op"] for r in rows] == ["n/a", "n/a"]
@@ -45,17 +45,17 @@ def test_csv_writes_n_a_for_no_count(tmp_path):
 
 
 def test_bench_command_passes_options():
-    command = microbench.bench_command("bin", "etcd", {"endpoints": "127.0.0.1:1"}, 10, 0.5, 7, "/d")
+    command = micro.bench_command("bin", "etcd", {"endpoints": "127.0.0.1:1"}, 10, 0.5, 7, "/d")
     assert command == ["bin", "etcd", "-n", "10", "-t", "0.5", "-k", "7", "-d", "/d",
                        "-o", "endpoints=127.0.0.1:1"]
 
 
 def test_round_trips_sums_the_counters_of_live_adapters():
-    before = microbench.round_trips()
+    before = micro.round_trips()
     adapters = [MemoryAdapter(DatabaseSpec(f"/x/{i}.tdb"), Options({})) for i in range(2)]
     if before == -1:
-        assert microbench.round_trips() == -1  # memory adapters keep no count
+        assert micro.round_trips() == -1  # memory adapters keep no count
         before = 0
     for i, adapter in enumerate(adapters):
         adapter.round_trips = 5 + i
-    assert microbench.round_trips() == before + 11
+    assert micro.round_trips() == before + 11

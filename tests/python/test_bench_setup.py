@@ -1,6 +1,6 @@
 """Which adapters the benchmarks run, and their options."""
 
-from dbwrap_py.benchsetup import landed_adapters, parse_adapters, split_options
+from dbwrap_py.bench.targets import landed_adapters, parse_adapters, split_options
 
 
 def test_split_options_per_adapter_and_for_all():

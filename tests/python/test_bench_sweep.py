@@ -4,7 +4,7 @@ import csv
 import json
 from dataclasses import asdict
 
-from dbwrap_py.smbbench import (Point, markdown_table, sweep_summary, table_lines, write_csv,
+from dbwrap_py.bench.smb import (Point, markdown_table, sweep_summary, table_lines, write_csv,
                                 write_sweep_json)
 
 
@@ -79,7 +79,7 @@ def test_csv_and_json_hold_every_point(tmp_path):
 
 
 def test_progress_weights_points_by_clients():
-    from dbwrap_py.progress import SweepProgress, point_weight
+    from dbwrap_py.bench.progress import SweepProgress, point_weight
 
     assert point_weight(128, 5) > point_weight(1, 5) > 5
     with SweepProgress(3, [1, 128], 2, 5) as progress:

@@ -1,6 +1,6 @@
 """The SMB benchmark's arithmetic: rates parsed from smbtorture, paired ratios."""
 
-from dbwrap_py.smbbench import Point, summary
+from dbwrap_py.bench.smb import Point, summary
 from dbwrap_py.smbtorture import parse_rates
 
 OUTPUT = """\

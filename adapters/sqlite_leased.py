@@ -31,7 +31,7 @@ class SqliteLeasedAdapter(LeasedAdapter):
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
-        lease = float(options.get("lease", DEFAULT_LEASE))
+        lease = float(options.get("lease", cls.default_lease))
         return Capabilities(transactions=True, lock_release_seconds=lease)
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:

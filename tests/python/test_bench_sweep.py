@@ -4,7 +4,7 @@ import csv
 import json
 from dataclasses import asdict
 
-from dbwrap_py.bench.smb import (Point, markdown_table, sweep_summary, table_lines, write_csv,
+from dbwrap_py.bench.smb import (Point, sweep_summary, table_lines, write_csv,
                                 write_sweep_json)
 
 
@@ -55,13 +55,6 @@ def test_table_has_a_column_per_backend_and_a_line_per_nprocs():
     assert lines[0].split() == ["nprocs", "native", "bridge+tdb", "bridge+etcd"]
     assert lines[1].split() == ["1", "1000", "900", "(0.80)", "55", "(0.040)"]
     assert lines[2].split() == ["4", "4000", "3000", "(0.75)", "failed"]
-
-
-def test_markdown_table():
-    lines = markdown_table(sweep_summary(POINTS))
-    assert lines[0] == "| connections | native opens/s | bridge+tdb opens/s | bridge+etcd opens/s |"
-    assert lines[1] == "|---|---|---|---|"
-    assert lines[3] == "| 4 | 4000 | 3000 (0.75) | failed |"
 
 
 def test_csv_and_json_hold_every_point(tmp_path):

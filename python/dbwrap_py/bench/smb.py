@@ -244,18 +244,6 @@ def table_lines(rows: Sequence[Mapping]) -> list[str]:
     return lines
 
 
-def markdown_table(rows: Sequence[Mapping]) -> list[str]:
-    """The same table as Markdown, for the README."""
-    labels = list(dict.fromkeys(r["backend"] for r in rows))
-    by_key = {(r["nprocs"], r["backend"]): r for r in rows}
-    lines = ["| connections | " + " | ".join(f"{label} opens/s" for label in labels) + " |",
-             "|---|" + "---|" * len(labels)]
-    for n in sorted({r["nprocs"] for r in rows}):
-        lines.append(f"| {n} | " + " | ".join(_cell(by_key.get((n, label)))
-                                            for label in labels) + " |")
-    return lines
-
-
 def write_sweep_json(path: Path, points: Sequence[Point], rows: Sequence[Mapping],
                      seconds: int, rounds: int, skipped: Mapping[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)

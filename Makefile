@@ -30,7 +30,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd demo bench bench-bridge bench-smb clean
+.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -93,7 +93,8 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-test: all test-c test-python test-conformance test-smb test-torture test-torture-etcd
+test: all test-c test-python test-conformance test-smb test-torture test-torture-etcd \
+	test-torture-etcd-cache
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
@@ -103,11 +104,13 @@ test-python: venv $(BRIDGE_LIB)
 
 # The adapter conformance suite: the tables for tdb, memory and etcd (on a
 # throwaway etcd, 2 s leases to keep it short), then the other adapters and
-# every broken example under pytest.
+# every broken example under pytest. etcd runs twice: without and with the
+# node cache (a throwaway node agent beside the throwaway etcd).
 test-conformance: all
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
@@ -121,6 +124,10 @@ test-torture: all
 # The same suites with smbd's volatile databases on a throwaway etcd.
 test-torture-etcd: all
 	$(VPY) -m dbwrap_py.cli torture --adapter etcd
+
+# Again with the node cache: a throwaway node agent beside the etcd.
+test-torture-etcd-cache: all
+	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o node_cache=yes
 
 # The main job: a real smbd on the bridge, opens/s against native tdb.
 demo: all
@@ -144,6 +151,15 @@ bench: all $(MICRO_BIN)
 bench-smb: all
 	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --nprocs 1,4,16,64 --time 8 --rounds 3 \
 		--json $(RESULTS)/bench-smb-tdb.json
+
+# etcd with the node cache (a throwaway etcd and node agent) against native
+# tdb, three paired rounds per point; then its memory per smbd process.
+bench-etcd: all
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
+		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-node-cache.json
+	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes \
+		--connections 1,16,64 --json $(RESULTS)/bench-memory-etcd-node-cache.json
 
 clean:
 	rm -rf $(BUILD)

@@ -52,6 +52,8 @@ _UNAVAILABLE = 14
 _UNAUTHENTICATED = 16
 _INVALID_ARGUMENT = 3
 
+_AUTHENTICATE = "/v3/auth/authenticate"
+
 
 class _LeaseGone(DbwrapError):
     """etcd no longer knows the lease (it expired); get a new one and retry."""
@@ -253,7 +255,10 @@ class _Transport:
     A request is retried on another endpoint only when it cannot have been
     applied (no connection), or when it is safe to repeat (``idempotent``).
     Every request ends within its deadline: Timeout if the server is silent,
-    Unavailable if no endpoint answers.
+    Unavailable if no endpoint answers, AccessDenied at once if every endpoint
+    refuses our TLS certificates or theirs fails ca_file, or etcd refuses the
+    user and password. With a user, the first request logs in (as a request
+    of its own) and a request refused for an expired token logs in again.
     """
 
     def __init__(self, config: _Config) -> None:
@@ -290,8 +295,11 @@ class _Transport:
             raise
 
     def call(self, path: str, body: Mapping[str, Any], deadline: float, idempotent: bool) -> dict[str, Any]:
+        if self.config.user and self._token is None and path != _AUTHENTICATE:
+            self._log_in(deadline)
         payload = json.dumps(body).encode()
         refused: list[str] = []
+        tls_refused: set[_Endpoint] = set()
         reauthenticated = False
         while True:
             remaining = deadline - time.monotonic()
@@ -304,6 +312,7 @@ class _Transport:
                 conn = self._connection(endpoint, deadline)
             except OSError as exc:  # nothing was sent
                 refused.append(f"{endpoint}: {exc}")
+                self._tls_refused(exc, endpoint, tls_refused)
                 self._rotate()
                 if len(refused) % len(self.config.endpoints) == 0:
                     time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
@@ -319,6 +328,10 @@ class _Transport:
             except OSError as exc:
                 # The request may have reached etcd: repeat only what is safe to repeat.
                 self.close()
+                if self._tls_refused(exc, endpoint, tls_refused):
+                    refused.append(f"{endpoint}: {exc}")  # refused before any request was read
+                    self._rotate()
+                    continue
                 self._rotate()
                 if idempotent:
                     refused.append(f"{endpoint}: {exc}")
@@ -339,10 +352,15 @@ class _Transport:
                     self._rotate()
                 time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
                 continue
-            if code == _UNAUTHENTICATED and self.config.user and not reauthenticated:
-                self._token = None  # tokens expire (5 min by default); log in again once
-                self.close()
+            transient = code in (_UNAVAILABLE, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED) or "timed out" in message
+            if path == _AUTHENTICATE and not transient:  # else Timeout/Unavailable below, as for any request
+                raise AccessDenied(f"etcd refused user {self.config.user!r}: {message}")
+            if code == _UNAUTHENTICATED and self.config.user and not reauthenticated and path != _AUTHENTICATE:
+                # tokens expire (5 min by default, and when the user's password
+                # changes): log in again, once; the request was refused, not applied
+                self._token = None
                 reauthenticated = True
+                self._log_in(deadline)
                 continue
             raise _error_for(code, message, path)
 
@@ -361,25 +379,43 @@ class _Transport:
             if not readable:
                 return conn
             self.close()
-        conn = _HttpConnection(endpoint, max(0.001, deadline - time.monotonic()), self._ssl)
-        if self.config.user and self._token is None:
-            try:
-                self._authenticate(conn)
-            except BaseException:
-                conn.close()
-                raise
-        self._conn = conn
+        conn = self._conn = _HttpConnection(endpoint, max(0.001, deadline - time.monotonic()), self._ssl)
         return conn
 
-    def _authenticate(self, conn: _HttpConnection) -> None:
-        body = json.dumps({"name": self.config.user, "password": self.config.password}).encode()
-        conn.send("/v3/auth/authenticate", body, None)
-        status, headers = conn.read_head()
-        data = conn.read_body(headers)
-        if status != 200:
-            _, message = _error_of(data, status)
-            raise AccessDenied(f"etcd refused user {self.config.user!r}: {message}")
-        self._token = json.loads(data)["token"]
+    def _log_in(self, deadline: float) -> None:
+        """Get a token for user/password: a request like any other (failover,
+        no-leader retries, the deadline); AccessDenied if etcd refuses them."""
+        body = {"name": self.config.user, "password": self.config.password}
+        self._token = str(self.call(_AUTHENTICATE, body, deadline, idempotent=True)["token"])
+
+    def _tls_refused(self, exc: OSError, endpoint: _Endpoint, refused_by: set[_Endpoint]) -> bool:
+        """Whether ``exc`` is a TLS certificate refusal (by us or by etcd),
+        which no retry mends: AccessDenied once every endpoint refused."""
+        why = _tls_refusal(exc)
+        if why is None:
+            return False
+        refused_by.add(endpoint)
+        if len(refused_by) >= len(set(self.config.endpoints)):
+            raise AccessDenied(f"TLS with etcd at {endpoint} failed: {why}")
+        return True
+
+
+def _tls_refusal(exc: OSError) -> str | None:
+    """Why a TLS connection failed for good, or None (not TLS, or a network
+    fault). Under TLS 1.3 etcd rejects a client certificate after the
+    handshake, so its alert can come with the reply to the first request."""
+    reason = getattr(exc, "reason", None)  # ssl.SSLError's OpenSSL reason code
+    if not isinstance(reason, str):
+        return None
+    if reason == "CERTIFICATE_VERIFY_FAILED":
+        detail = getattr(exc, "verify_message", None) or exc
+        return f"etcd's certificate did not verify ({detail}); is ca_file the CA that signed it?"
+    if "ALERT" in reason and any(word in reason for word in ("CERTIFICATE", "UNKNOWN_CA", "ACCESS_DENIED")):
+        return (
+            f"etcd refused the connection ({reason}): it wants a client certificate "
+            f"(cert_file, key_file) signed by a CA it trusts"
+        )
+    return None
 
 
 def _error_of(data: bytes, status: int) -> tuple[int, str]:
@@ -403,7 +439,10 @@ def _error_for(code: int, message: str, path: str) -> DbwrapError:
     if code == _UNAVAILABLE or code == _RESOURCE_EXHAUSTED:
         # RESOURCE_EXHAUSTED is "database space exceeded": etcd takes no writes
         return Unavailable(text)
-    if code in (_PERMISSION_DENIED, _UNAUTHENTICATED):
+    if code in (_PERMISSION_DENIED, _UNAUTHENTICATED) or "user name is empty" in message or "CommonName" in message:
+        # "user name is empty" (INVALID_ARGUMENT): etcd has auth on, we gave no user;
+        # "CommonName of client ...": etcd 3.4's gateway with auth and client
+        # certificate auth refuses a client certificate that has a CN
         return AccessDenied(text)
     if code == _INVALID_ARGUMENT and "too many operations" in message:
         return NotSupported(f"{text} (raise etcd's --max-txn-ops for larger transactions)")

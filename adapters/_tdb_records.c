@@ -128,6 +128,23 @@ static PyObject *records_lock(Records *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+/* Lock the key's chain if nobody holds it: True, else False at once. */
+static PyObject *records_try_lock(Records *self, PyObject *arg)
+{
+	TDB_DATA key;
+
+	if (!key_of(self, arg, &key, "tdb_chainlock_nonblock")) {
+		return NULL;
+	}
+	if (tdb_chainlock_nonblock(self->tdb, key) == 0) {
+		Py_RETURN_TRUE;
+	}
+	if (tdb_error(self->tdb) == TDB_ERR_LOCK) {
+		Py_RETURN_FALSE;
+	}
+	return records_error(self, "tdb_chainlock_nonblock");
+}
+
 static PyObject *records_unlock(Records *self, PyObject *arg)
 {
 	TDB_DATA key;
@@ -478,6 +495,8 @@ static PyObject *records_get_native(Records *self, void *closure)
 static PyMethodDef records_methods[] = {
 	{ "get", (PyCFunction)records_get, METH_O, "The value, or None." },
 	{ "lock", (PyCFunction)records_lock, METH_O, "Lock the key's chain." },
+	{ "try_lock", (PyCFunction)records_try_lock, METH_O,
+	  "Lock the key's chain if free: True, else False without waiting." },
 	{ "unlock", (PyCFunction)records_unlock, METH_O, "Unlock the key's chain." },
 	{ "lock_get", (PyCFunction)records_lock_get, METH_O, "Lock, then read." },
 	{ "put", (PyCFunction)(void (*)(void))records_put, METH_FASTCALL,

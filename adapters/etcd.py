@@ -11,6 +11,8 @@ Key layout, for database ``spec.name`` and option ``prefix`` (default
     <prefix>/<basename>@<hash>/t         the transaction lock (persistent databases)
     <prefix>/<basename>@<hash>/s         sequence number key, rewritten by every write
     <prefix>/<basename>@<hash>/o/<owner> one per open of a volatile database, on a lease
+    <prefix>/<basename>@<hash>/w         rewritten by each TDB_CLEAR_IF_FIRST wipe
+    <prefix>/_nodes/<node>[/r/<lock key>] node agents, and release requests to them
 
 ``<hash>`` is 16 hex digits of BLAKE2b over the full path, so the same path
 names the same database on every host sharing the cluster, and two
@@ -51,6 +53,13 @@ and on nothing else.
 
 Fork: every process gets its own connection, lease and keepalive thread on
 first use; state inherited through fork() is dropped unused, never closed.
+
+Node cache (option ``node_cache``, volatile databases): records owned by the
+node and kept in a local tdb, migrated between nodes on demand, as ctdb
+does. The design is in ``_etcd_node``; here, a lock key whose value names a
+node gets a release request when we wait for it, and an unlocked read of a
+record a node owns takes the lock (so the node writes it back) rather than
+read a stale copy.
 """
 
 from __future__ import annotations
@@ -62,11 +71,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
+from dbwrap_py.adapters._etcd_node import NodeCache, marker_node, request_prefix
 from dbwrap_py.adapters._etcd_client import (
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,  # unused here: re-exported beside this module's other defaults
@@ -138,6 +148,8 @@ class EtcdAdapter(Adapter):
         "key_file",
         "user",
         "password",
+        "node_cache",
+        "node_cache_dir",
     )
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
@@ -149,13 +161,16 @@ class EtcdAdapter(Adapter):
             raise ConfigError("option prefix must not be empty")
         self.capabilities = self.declared_capabilities(options)
         digest = hashlib.blake2b(spec.name.encode(), digest_size=8).hexdigest()
-        self.base = f"{prefix}/{spec.basename}@{digest}/".encode()
+        self._prefix = prefix.encode()
+        db_base = f"{spec.basename}@{digest}".encode()
+        self.base = self._prefix + b"/" + db_base + b"/"
         self._data = self.base + b"d/"
         self._data_end = _prefix_end(self._data)
         self._locks_prefix = self.base + b"l/"
         self._txn_key = self.base + b"t"
         self._seq_key = self.base + b"s"
         self._openers_prefix = self.base + b"o/"
+        self._wipe_key = self.base + b"w"
         #: requests this adapter sent (the keepalive thread's are in the session)
         self.round_trips = 0
         self._count = _Counter(self, "round_trips")
@@ -166,6 +181,12 @@ class EtcdAdapter(Adapter):
         self._held: dict[bytes, int] = {}  # key -> create_revision of our lock key; 0: lost
         self._txn: _Transaction | None = None
         self._closed = False
+        self._node: NodeCache | None = None
+        if options.get_bool("node_cache", False) and not spec.persistent:
+            cache_dir = options.get_str("node_cache_dir", "") or os.path.join(
+                os.path.dirname(os.path.abspath(spec.name)), "etcd-node-cache")
+            os.makedirs(cache_dir, mode=0o755, exist_ok=True)  # as Samba's lock directory
+            self._node = NodeCache(cache_dir, db_base, self._migrate_in, spec.mode)
         if not spec.persistent:
             self._process()  # a volatile database may need wiping now, before anyone reads it
 
@@ -192,15 +213,26 @@ class EtcdAdapter(Adapter):
         deadline = self._deadline()
         lease_id = session.lease(deadline, self._count)
         put_opener = {"request_put": {"key": _b64(key), "lease": str(lease_id)}}
-        self._txn_call(
+        delete_locks = {"request_delete_range": {"key": _b64(self._locks_prefix),
+                                                 "range_end": _b64(_prefix_end(self._locks_prefix))}}
+        reply = self._txn_call(
             {
                 "compare": [self._compare_create(self._openers_prefix, 0, range_end=_prefix_end(self._openers_prefix))],
-                "success": [self._delete_range_op(), self._bump_op(), put_opener],
-                "failure": [put_opener],
+                # nobody has it open, so the only lock keys are nodes' ownerships
+                "success": [self._delete_range_op(), delete_locks, self._bump_op(),
+                            {"request_put": {"key": _b64(self._wipe_key)}}, put_opener],
+                "failure": [put_opener, self._range_op(self._wipe_key)],
             },
             deadline,
             idempotent=True,
         )
+        if self._node is not None:
+            if reply.get("succeeded"):
+                wiped = int(reply["header"]["revision"])
+            else:
+                kvs = reply["responses"][1].get("response_range", {}).get("kvs")
+                wiped = int(kvs[0]["mod_revision"]) if kvs else 0
+            self._node.wipe_revision = wiped
         self._opener_key = key
         session.add_opener(key)
 
@@ -240,33 +272,89 @@ class EtcdAdapter(Adapter):
 
     # -- records ------------------------------------------------------------
 
+    def _cache(self, key: bytes | None = None) -> NodeCache | None:
+        """The node cache, if configured and its agent's lease is live (or
+        we hold ``key`` through it)."""
+        node = self._node
+        if node is None or not (key in node.held or node.live()):
+            return None
+        return node
+
     def get(self, key: bytes) -> bytes | None:
+        node = self._cache(key)
+        if node is not None:
+            return node.get(key)
+        return self._get_etcd(key)
+
+    def _get_etcd(self, key: bytes) -> bytes | None:
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key]
+        if self.spec.persistent or key in self._held:
+            return self._read_data(key)
+        # volatile: a node may own the record, and then its copy is the newer
+        lock_key = self._locks_prefix + key
+        reply = self._txn_call(
+            {
+                "compare": [self._compare_create(lock_key, 0)],
+                "success": [self._range_op(self._data + key)],
+                "failure": [self._range_op(lock_key), self._range_op(self._data + key)],
+            },
+            self._deadline(),
+            idempotent=True,
+        )
+        responses = reply.get("responses", [])
+        if not reply.get("succeeded"):
+            holder = responses[0].get("response_range", {}).get("kvs")
+            if holder and marker_node(_unb64(holder[0].get("value"))) is not None:
+                self._process()
+                value, revision = self._take_lock(key, True, self._owner, node_lease=0)
+                self._release_lock_key(lock_key, revision)
+                return value
+        return self._first_value(responses[-1])
+
+    def _read_data(self, key: bytes) -> bytes | None:
         reply = self._call("/v3/kv/range", {"key": _b64(self._data + key)}, self._deadline(), idempotent=True)
         kvs = reply.get("kvs")
         return _unb64(kvs[0].get("value")) if kvs else None
 
     def exists(self, key: bytes) -> bool:
+        node = self._cache(key)
+        if node is not None:
+            return node.get(key) is not None
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key] is not None
+        if not self.spec.persistent:
+            return self._get_etcd(key) is not None
         body = {"key": _b64(self._data + key), "count_only": True}
         reply = self._call("/v3/kv/range", body, self._deadline(), idempotent=True)
         return int(reply.get("count", 0)) > 0
 
     def lock(self, key: bytes) -> None:
+        node = self._cache()
+        if node is not None:
+            node.lock_get(key)
+            return
         self._acquire(key, read=False)
 
     def lock_get(self, key: bytes) -> bytes | None:
+        node = self._cache()
+        if node is not None:
+            return node.lock_get(key)
         return self._acquire(key, read=True)
 
     def unlock(self, key: bytes) -> None:
+        node = self._node
+        if node is not None and key in node.held:
+            node.unlock(key)
+            return
         revision = self._held.pop(key, 0)
         if revision <= 0:
             return  # taken under our transaction lock, or already lost
-        lock_key = self._locks_prefix + key
+        self._release_lock_key(self._locks_prefix + key, revision)
+
+    def _release_lock_key(self, lock_key: bytes, revision: int) -> None:
         try:
             self._txn_call(
                 {
@@ -280,12 +368,19 @@ class EtcdAdapter(Adapter):
             pass  # the lease takes the lock key with it; nothing to undo
 
     def put(self, key: bytes, value: bytes) -> None:
+        node = self._node
+        if node is not None and key in node.held:
+            node.put(key, value)
+            return
         if self._txn is not None:
             self._txn.writes[key] = bytes(value)
             return
         self._fenced_write(key, [{"request_put": {"key": _b64(self._data + key), "value": _b64(value)}}])
 
     def remove(self, key: bytes) -> bool:
+        node = self._node
+        if node is not None and key in node.held:
+            return node.remove(key)
         if self._txn is not None:
             existed = self.exists(key)
             self._txn.writes[key] = None
@@ -296,7 +391,8 @@ class EtcdAdapter(Adapter):
         return int(reply["responses"][0]["response_delete_range"].get("deleted", 0)) > 0
 
     def put_unlock(self, key: bytes, value: bytes) -> None:
-        if self._txn is not None or self._held.get(key, 0) <= 0:
+        node = self._node
+        if self._txn is not None or self._held.get(key, 0) <= 0 or (node is not None and key in node.held):
             try:
                 self.put(key, value)
             finally:
@@ -342,58 +438,97 @@ class EtcdAdapter(Adapter):
         return reply
 
     def _acquire(self, key: bytes, read: bool) -> bytes | None:
-        """Create our lock key (and read the record) in one txn; wait while others hold it."""
+        """Take our record lock (and read the record) in one txn; wait while others hold it."""
         if self._txn is not None:
             # our transaction lock already excludes every other writer
             self._held[key] = -1
-            return self.get(key) if read else None
+            return self._get_etcd(key) if read else None
+        self._process()  # sets self._owner in a new process
+        value, self._held[key] = self._take_lock(key, read, self._owner, node_lease=0)
+        return value
+
+    def _migrate_in(self, key: bytes, lease_id: int, marker: bytes) -> tuple[bytes | None, int]:
+        """Take ``key``'s lock key for this node (the node cache's migration)."""
+        return self._take_lock(key, True, marker, node_lease=lease_id)
+
+    def _take_lock(self, key: bytes, read: bool, holder_value: bytes, node_lease: int) -> tuple[bytes | None, int]:
+        """Create the lock key with ``holder_value``, on our process lease or on
+        ``node_lease``; return (the record if ``read``, the key's create_revision)."""
         session = self._process()
         lock_key = self._locks_prefix + key
         deadline = self._deadline()
         while True:
-            lease_id = session.lease(deadline, self._count)
+            lease_id = node_lease or session.lease(deadline, self._count)
             compare = [self._compare_create(lock_key, 0)]
             failure = [self._range_op(lock_key)]
             if self.spec.persistent:  # a running transaction excludes record lockers
                 compare.append(self._compare_create(self._txn_key, 0))
                 failure.append(self._range_op(self._txn_key))
             success: list[dict[str, Any]] = [
-                {"request_put": {"key": _b64(lock_key), "value": _b64(self._owner), "lease": str(lease_id)}}
+                {"request_put": {"key": _b64(lock_key), "value": _b64(holder_value), "lease": str(lease_id)}}
             ]
             if read:
                 success.append(self._range_op(self._data + key))
             try:
-                # a repeated request finds our own owner value: see below
+                # a repeated request finds our own holder value: see below
                 reply = self._txn_call({"compare": compare, "success": success, "failure": failure}, deadline, True)
             except _LeaseGone:
+                if node_lease:
+                    raise FencedOut("the node agent's lease is gone") from None
                 session.lease_lost(lease_id)
                 continue
             responses = reply.get("responses", [])
             if reply.get("succeeded"):
-                self._held[key] = int(responses[0]["response_put"]["header"]["revision"])
-                return self._first_value(responses[1]) if read else None
+                revision = int(responses[0]["response_put"]["header"]["revision"])
+                return (self._first_value(responses[1]) if read else None), revision
             holder = responses[0].get("response_range", {}).get("kvs")
-            if holder and _unb64(holder[0].get("value")) == self._owner:
-                # our earlier attempt was applied but its reply was lost
-                self._held[key] = int(holder[0]["create_revision"])
+            holder_is = _unb64(holder[0].get("value")) if holder else b""
+            if holder and holder_is == holder_value:
+                # our earlier attempt was applied but its reply was lost, or
+                # (node cache) our node owns the record but has no local copy
+                revision = int(holder[0]["create_revision"])
                 try:
-                    return self.get(key) if read else None
+                    return (self._read_data(key) if read else None), revision
                 except BaseException:
-                    self.unlock(key)
+                    if not node_lease:
+                        self._release_lock_key(lock_key, revision)
                     raise
+            owner_node = marker_node(holder_is)
+            request = None
+            if owner_node is not None:
+                def request() -> None:
+                    self._request_release(owner_node, lock_key, session, deadline)
             blocker = lock_key if holder else self._txn_key
-            self._wait_deleted(blocker, int(reply["header"]["revision"]) + 1, deadline)
+            self._wait_deleted(blocker, int(reply["header"]["revision"]) + 1, deadline, request)
             if time.monotonic() >= deadline:
                 raise Timeout(f"record lock on {key!r} not granted within {self.config.op_timeout:g} s")
 
-    def _wait_deleted(self, key: bytes, start_revision: int, deadline: float) -> None:
-        """Return when ``key`` is deleted at or after ``start_revision``, or at ``deadline``."""
+    def _request_release(self, node: bytes, lock_key: bytes, session: _Session, deadline: float) -> None:
+        """Ask ``node``'s agent to write the record back and let its lock key go."""
+        request = request_prefix(self._prefix, node) + lock_key
+        lease_id = session.lease(deadline, self._count)
+        try:
+            self._call("/v3/kv/put", {"key": _b64(request), "lease": str(lease_id)}, deadline, idempotent=True)
+        except _LeaseGone:
+            session.lease_lost(lease_id)  # the wait below, and the next loop, go on
+
+    def _wait_deleted(
+        self, key: bytes, start_revision: int, deadline: float, once_watching: Callable[[], None] | None = None
+    ) -> None:
+        """Return when ``key`` is deleted at or after ``start_revision``, or at ``deadline``.
+
+        ``once_watching`` runs when etcd has created the watch: what it
+        causes is then seen at once. (A watch created at a revision already
+        past is caught up by etcd's 100 ms sync loop instead.)
+        """
         session = self._process()
         body = {"create_request": {"key": _b64(key), "start_revision": str(start_revision), "filters": ["NOPUT"]}}
         self.round_trips += 1
         try:
             conn = session.transport.open_stream("/v3/watch", body, deadline)
         except OSError:
+            if once_watching is not None:
+                once_watching()
             time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # poll instead
             return
         pending = b""
@@ -412,6 +547,8 @@ class EtcdAdapter(Adapter):
                     result = json.loads(line).get("result", {}) if line.strip() else {}
                     if result.get("events") or result.get("canceled"):
                         return  # deleted (or compacted past start_revision): try again
+                    if result.get("created") and once_watching is not None:
+                        once_watching()
         except (OSError, ValueError):
             return
         finally:
@@ -420,6 +557,10 @@ class EtcdAdapter(Adapter):
     # -- scans --------------------------------------------------------------
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        node = self._cache()
+        if node is not None:
+            yield from self._scan_with_cache(node)
+            return
         txn = self._txn
         if txn is None:
             yield from self._scan_etcd()
@@ -433,6 +574,16 @@ class EtcdAdapter(Adapter):
             else:
                 yield key, value
         for key, newer in pending.items():
+            if newer is not None:
+                yield key, newer
+
+    def _scan_with_cache(self, node: NodeCache) -> Iterator[tuple[bytes, bytes]]:
+        """etcd's records, where this node owns one its own copy instead."""
+        owned = dict(node.owned())
+        for key, value in self._scan_etcd():
+            if key not in owned:
+                yield key, value
+        for key, newer in owned.items():
             if newer is not None:
                 yield key, newer
 
@@ -472,6 +623,9 @@ class EtcdAdapter(Adapter):
     # -- database-wide ------------------------------------------------------
 
     def seqnum(self) -> int:
+        node = self._cache()
+        if node is not None:
+            return node.seqnum()
         reply = self._call("/v3/kv/range", {"key": _b64(self._seq_key)}, self._deadline(), idempotent=True)
         kvs = reply.get("kvs")
         return int(kvs[0]["mod_revision"]) if kvs else 0
@@ -482,6 +636,8 @@ class EtcdAdapter(Adapter):
                 self._txn.writes[key] = None
             return
         self._txn_call({"success": [self._delete_range_op(), self._bump_op()]}, self._deadline(), idempotent=True)
+        if self._node is not None:
+            self._node.wipe()
 
     def check(self) -> None:
         """Every record readable, and every lock key on a lease (else it would never go)."""
@@ -611,6 +767,8 @@ class EtcdAdapter(Adapter):
         self._held.clear()
         self._txn = None
         self._opener_key = None
+        if self._node is not None:
+            self._node.after_fork()
 
     def close(self) -> None:
         if self._closed:
@@ -630,28 +788,47 @@ class EtcdAdapter(Adapter):
                     del _sessions[self.config]
         self._closed = True
         self._session = None
+        if self._node is not None:
+            self._node.close()
 
     # -- for the conformance suite and the benchmarks -------------------------
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
-        """lock_release_seconds follows the configured lease_ttl."""
-        ttl = Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
-        return dataclasses.replace(cls.capabilities, lock_release_seconds=ttl + LESSOR_TICK)
+        """lock_release_seconds follows the configured lease_ttl; with the
+        node cache, a dead process's locks are local chainlocks, gone at once."""
+        parsed = Options(dict(options))
+        ttl = parsed.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
+        caps = dataclasses.replace(cls.capabilities, lock_release_seconds=ttl + LESSOR_TICK)
+        if parsed.get_bool("node_cache", False):
+            caps = dataclasses.replace(caps, lock_release_seconds=0.0, notes=(
+                *caps.notes,
+                "node_cache: volatile databases live on the node that uses them (migrated like ctdb's); "
+                "a dead node agent's unwritten-back records are lost after lease_ttl",
+            ))
+        return caps
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
         if options.get("endpoints"):
             return None
-        return _throwaway_etcd()
+        return _throwaway_etcd(options)
 
 
 @contextmanager
-def _throwaway_etcd() -> Iterator[dict[str, str]]:
+def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """A one-node etcd; with node_cache, a node agent on a temporary cache dir too."""
     from dbwrap_py.servers.etcd import EtcdCluster
+    from dbwrap_py.servers.etcd_agent import NodeAgentProcess
 
     with EtcdCluster(nodes=1) as cluster:
-        yield {"endpoints": cluster.endpoints}
+        reach = {"endpoints": cluster.endpoints}
+        if not Options(dict(options)).get_bool("node_cache", False) or options.get("node_cache_dir"):
+            yield reach
+            return
+        agent_options = {k: v for k, v in options.items() if k in NodeAgentProcess.passed_options}
+        with NodeAgentProcess({**agent_options, **reach}) as agent:
+            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 
 ADAPTER = EtcdAdapter

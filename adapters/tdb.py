@@ -354,6 +354,10 @@ class TdbAdapter(Adapter):
     def unlock(self, key: bytes) -> None:
         self._records.unlock(key)
 
+    def try_lock(self, key: bytes) -> bool:
+        """Take the record lock only if it is free (for the etcd node agent)."""
+        return self._records.try_lock(key)
+
     def lock_get(self, key: bytes) -> bytes | None:
         return self._records.lock_get(key)
 

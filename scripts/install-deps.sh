@@ -9,7 +9,7 @@ packages="
   python3 python3-dev python3-venv python3-tdb
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-testsuite smbclient
-  etcd-server
+  etcd-server openssl
 "
 
 # A Go toolchain builds the linearizability checker; Debian's is enough

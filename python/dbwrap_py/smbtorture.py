@@ -88,8 +88,9 @@ def run_suite(suite: str, setup: SambaSetup, mode: str, timeout: float = 1800) -
     start = time.monotonic()
     with ThrowawaySamba(setup) as samba:
         try:
+            # cwd: smbtorture leaves empty smbtorture* folders in its working directory
             result = subprocess.run(torture_command(samba, suite), capture_output=True,
-                                    text=True, timeout=timeout)
+                                    text=True, timeout=timeout, cwd=samba.root)
             run.returncode = result.returncode
             run.output = result.stdout + result.stderr
         except subprocess.TimeoutExpired as exc:
@@ -182,5 +183,6 @@ def path_contention(samba: ThrowawaySamba, nprocs: int, seconds: int) -> Rates:
     """smb2.bench.path-contention-shared against a running throwaway Samba."""
     command = torture_command(samba, "smb2.bench.path-contention-shared",
                               f"torture:timelimit={seconds}", f"torture:nprocs={nprocs}")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120,
+                            cwd=samba.root)
     return parse_rates(result.stdout + result.stderr)

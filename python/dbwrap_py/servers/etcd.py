@@ -5,13 +5,20 @@
         etcd.stop_member(0)       # SIGKILL by PID
         etcd.start_member(0)      # same data dir, --initial-cluster-state existing
 
+    pki = make_pki(tmp_path)      # dbwrap_py.servers.tls: CA, server and client certificates
+    with EtcdCluster(tls=EtcdTls(pki.server.cert, pki.server.key)) as etcd:
+        etcd.endpoints            # "https://127.0.0.1:p0" (the peer URLs stay http)
+        etcd.enable_auth("pw")    # user "root"; etcd.gateway() then logs in as root
+        etcd.add_user("smbd", "pw2", key_prefix="dbwrap_py/")
+
 Settings chosen for tests: 10 ms heartbeats and 100 ms elections (a fresh
 member is healthy in ~0.1 s, and the minimum lease TTL drops from 2 s to 1 s),
 auto-compaction by revision (a long benchmark does not grow without bound),
 and a large --max-txn-ops, so dbwrap transactions of many records fit in one
-etcd transaction. Logs go to files next to the data directories, and every
-member dies with the process that started it (PR_SET_PDEATHSIG), so an
-interrupted test run leaves no server behind.
+etcd transaction; --bcrypt-cost 4 (the lowest: a password login takes ~3 ms
+instead of ~70 ms, and it matters only once auth is on). Logs go to files next
+to the data directories, and every member dies with the process that started
+it (PR_SET_PDEATHSIG), so an interrupted test run leaves no server behind.
 
 ``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT.
 """
@@ -19,20 +26,24 @@ interrupted test run leaves no server behind.
 from __future__ import annotations
 
 import argparse
+import base64
 import ctypes
+import dataclasses
 import http.client
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from dbwrap_py.servers import ServerError
 
@@ -40,6 +51,7 @@ HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
 COMPACTION_RETENTION = 10000
 MAX_TXN_OPS = 4096
+BCRYPT_COST = 4
 
 _PR_SET_PDEATHSIG = 1
 try:
@@ -71,9 +83,54 @@ class EtcdError(ServerError):
     """The throwaway etcd could not be started."""
 
 
+@dataclasses.dataclass(frozen=True)
+class EtcdTls:
+    """TLS on the client URLs (https); the peer URLs stay plain http.
+
+    ``cert_file``/``key_file`` are the server's pair (a SAN of IP:127.0.0.1).
+    With ``client_cert_auth``, etcd takes only clients whose certificate
+    chains to ``trusted_ca_file``. etcd's own JSON gateway then connects to its
+    gRPC server with ``cert_file``, and so do this class's health checks and
+    gateway calls: that certificate must allow client authentication too,
+    and once auth is on (enable_auth) it must have no CommonName, like any
+    certificate a client of etcd 3.4's gateway presents under
+    client_cert_auth (``tls.make_pki``'s server and client certificates
+    are so).
+    """
+
+    cert_file: Path
+    key_file: Path
+    trusted_ca_file: Path | None = None
+    client_cert_auth: bool = False
+
+    def __post_init__(self) -> None:
+        if self.client_cert_auth and self.trusted_ca_file is None:
+            raise ValueError("client_cert_auth needs trusted_ca_file")
+
+    def etcd_flags(self) -> list[str]:
+        flags = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        if self.trusted_ca_file is not None:
+            flags += ["--trusted-ca-file", str(self.trusted_ca_file)]
+        if self.client_cert_auth:
+            flags.append("--client-cert-auth")
+        return flags
+
+    def own_context(self) -> ssl.SSLContext:
+        """For the cluster's own requests to its members: no server
+        verification (it is our child on 127.0.0.1), the server's pair as
+        client certificate under client_cert_auth."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        if self.client_cert_auth:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
 class _Member:
-    def __init__(self, index: int, root: Path, client_port: int, peer_port: int) -> None:
+    def __init__(self, index: int, root: Path, client_port: int, peer_port: int, scheme: str = "http") -> None:
         self.name = f"m{index}"
+        self.scheme = scheme
         self.client_port = client_port
         self.peer_port = peer_port
         self.data_dir = root / f"{self.name}.etcd"
@@ -82,7 +139,7 @@ class _Member:
 
     @property
     def client_url(self) -> str:
-        return f"http://{HOST}:{self.client_port}"
+        return f"{self.scheme}://{HOST}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -90,7 +147,12 @@ class _Member:
 
 
 class EtcdCluster:
-    """``nodes`` etcd members on free ports of 127.0.0.1, in a temporary directory."""
+    """``nodes`` etcd members on free ports of 127.0.0.1, in a temporary directory.
+
+    With ``tls``, the client URLs are https (see EtcdTls). ``auth_token_ttl``
+    (seconds) is etcd's --auth-token-ttl: how long an unused simple token
+    lives once auth is on (enable_auth).
+    """
 
     def __init__(
         self,
@@ -100,6 +162,8 @@ class EtcdCluster:
         election_ms: int = 100,
         etcd_binary: str | None = None,
         start_timeout: float = 30.0,
+        tls: EtcdTls | None = None,
+        auth_token_ttl: int | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("an etcd cluster needs at least one member")
@@ -111,6 +175,11 @@ class EtcdCluster:
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
         self.start_timeout = start_timeout
+        self.tls = tls
+        self.auth_token_ttl = auth_token_ttl
+        self._context = tls.own_context() if tls is not None else None
+        #: (user, password) gateway() logs in with, once enable_auth() turned auth on
+        self._credentials: tuple[str, str] | None = None
         self.root: Path | None = None
         self._members: list[_Member] = []
         self._token = f"dbwrap-py-{uuid.uuid4().hex[:12]}"
@@ -135,9 +204,11 @@ class EtcdCluster:
         for _ in range(3):  # a port taken between _free_ports and etcd's bind: try new ones
             self.root = Path(tempfile.mkdtemp(prefix="dbwrap-py-etcd-"))
             ports = _free_ports(2 * self.nodes)
+            scheme = "https" if self.tls is not None else "http"
             self._members = [
-                _Member(i, self.root, ports[2 * i], ports[2 * i + 1]) for i in range(self.nodes)
+                _Member(i, self.root, ports[2 * i], ports[2 * i + 1], scheme) for i in range(self.nodes)
             ]
+            self._credentials = None
             try:
                 for i in range(self.nodes):
                     self._spawn(i, state="new")
@@ -163,11 +234,54 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> str:
-        """``host:port`` of every member's client URL, comma separated."""
-        return ",".join(f"{HOST}:{m.client_port}" for m in self._members)
+        """``host:port`` of every member's client URL, comma separated
+        (``https://host:port`` with TLS)."""
+        return ",".join(self.member_endpoint(i) for i in range(len(self._members)))
 
     def member_endpoint(self, index: int) -> str:
-        return f"{HOST}:{self._members[index].client_port}"
+        member = self._members[index]
+        return member.client_url if self.tls is not None else f"{HOST}:{member.client_port}"
+
+    # -- auth -----------------------------------------------------------------
+
+    def enable_auth(self, root_password: str) -> None:
+        """Create the ``root`` user (root role) and turn etcd's auth on.
+
+        Afterwards every client must log in; gateway() does, as root.
+        """
+        self.gateway("/v3/auth/role/add", {"name": "root"})
+        self.gateway("/v3/auth/user/add", {"name": "root", "password": root_password})
+        self.gateway("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.gateway("/v3/auth/enable", {})
+        self._credentials = ("root", root_password)
+
+    def add_user(self, name: str, password: str, key_prefix: str | None = None) -> None:
+        """A user with the root role, or with ``key_prefix`` only (read and
+        write on every key starting with it, through a role of the same name)."""
+        self.gateway("/v3/auth/user/add", {"name": name, "password": password})
+        role = "root"
+        if key_prefix is not None:
+            role = name
+            prefix = key_prefix.encode()
+            end = prefix[:-1] + bytes([prefix[-1] + 1])
+            self.gateway("/v3/auth/role/add", {"name": role})
+            perm = {"permType": "READWRITE", "key": _b64(prefix), "range_end": _b64(end)}
+            self.gateway("/v3/auth/role/grant", {"name": role, "perm": perm})
+        self.gateway("/v3/auth/user/grant", {"user": name, "role": role})
+
+    def change_password(self, name: str, password: str) -> None:
+        """etcd drops the user's tokens, even when ``password`` is the old one."""
+        self.gateway("/v3/auth/user/changepw", {"name": name, "password": password})
+
+    def gateway(self, path: str, body: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
+        """One request to member ``index``'s JSON gateway (as root once
+        enable_auth() ran); EtcdError for an error reply."""
+        headers = {"Content-Type": "application/json"}
+        if self._credentials is not None:
+            user, password = self._credentials
+            reply = self._post(index, "/v3/auth/authenticate", {"name": user, "password": password}, headers)
+            headers["Authorization"] = reply["token"]
+        return self._post(index, path, body, headers)
 
     def pid(self, index: int) -> int | None:
         process = self._members[index].process
@@ -255,7 +369,12 @@ class EtcdCluster:
             "--logger", "zap",
             "--log-outputs", str(member.log),
             "--log-level", "warn",
+            "--bcrypt-cost", str(BCRYPT_COST),
         ]
+        if self.tls is not None:
+            argv += self.tls.etcd_flags()
+        if self.auth_token_ttl is not None:
+            argv += ["--auth-token-ttl", str(self.auth_token_ttl)]
         with open(member.log, "ab") as log:  # anything etcd prints before its logger is up
             member.process = subprocess.Popen(
                 argv,
@@ -283,9 +402,28 @@ class EtcdCluster:
                 process.wait()
         self._members[index].process = None
 
-    @staticmethod
-    def _healthy(member: _Member) -> bool:
-        conn = http.client.HTTPConnection(HOST, member.client_port, timeout=1.0)
+    def _connect(self, port: int, timeout: float) -> http.client.HTTPConnection:
+        if self._context is not None:
+            return http.client.HTTPSConnection(HOST, port, timeout=timeout, context=self._context)
+        return http.client.HTTPConnection(HOST, port, timeout=timeout)
+
+    def _post(self, index: int, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+        conn = self._connect(self._members[index].client_port, timeout=10.0)
+        try:
+            conn.request("POST", path, json.dumps(body), dict(headers))
+            response = conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise EtcdError(f"etcd member {index}: {path}: {exc}") from None
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise EtcdError(f"etcd member {index}: {path}: HTTP {response.status}: {data[:300]!r}")
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    def _healthy(self, member: _Member) -> bool:
+        conn = self._connect(member.client_port, timeout=1.0)
         try:
             conn.request("GET", "/health")
             body = conn.getresponse().read()
@@ -294,6 +432,10 @@ class EtcdCluster:
             return False
         finally:
             conn.close()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

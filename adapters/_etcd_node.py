@@ -69,6 +69,11 @@ NODE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _RECHECK_SECONDS = 0.5
 
 
+class NotLive(FencedOut):
+    """The agent's lease stopped being live before the cache took a lock:
+    nothing was done, and the adapter does the call without the cache."""
+
+
 def node_marker(name: bytes, lease_id: int) -> bytes:
     return NODE_MARK + name + b":%x" % lease_id
 
@@ -264,7 +269,7 @@ class NodeCache:
     def lock_get(self, key: bytes) -> bytes | None:
         lease_id, name = self.state.current()
         if not lease_id:
-            raise FencedOut("the node agent's lease is not live")
+            raise NotLive("the node agent's lease is not live")
         self.local.lock(key)
         try:
             record = self.local.get(key)

@@ -76,7 +76,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
-from dbwrap_py.adapters._etcd_node import NodeCache, marker_node, request_prefix
+from dbwrap_py.adapters._etcd_node import NodeCache, NotLive, marker_node, request_prefix
 from dbwrap_py.adapters._etcd_client import (
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,  # unused here: re-exported beside this module's other defaults
@@ -332,17 +332,19 @@ class EtcdAdapter(Adapter):
         return int(reply.get("count", 0)) > 0
 
     def lock(self, key: bytes) -> None:
-        node = self._cache()
-        if node is not None:
-            node.lock_get(key)
-            return
-        self._acquire(key, read=False)
+        self._lock(key, read=False)
 
     def lock_get(self, key: bytes) -> bytes | None:
+        return self._lock(key, read=True)
+
+    def _lock(self, key: bytes, read: bool) -> bytes | None:
         node = self._cache()
         if node is not None:
-            return node.lock_get(key)
-        return self._acquire(key, read=True)
+            try:
+                return node.lock_get(key)  # local: reading costs nothing more
+            except NotLive:
+                pass  # the agent went between the check and the lock
+        return self._acquire(key, read)
 
     def unlock(self, key: bytes) -> None:
         node = self._node

@@ -65,6 +65,7 @@ read a stale copy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -496,10 +497,9 @@ class EtcdAdapter(Adapter):
                         self._release_lock_key(lock_key, revision)
                     raise
             owner_node = marker_node(holder_is)
-            request = None
-            if owner_node is not None:
-                def request() -> None:
-                    self._request_release(owner_node, lock_key, session, deadline)
+            request: Callable[[], None] | None = None
+            if owner_node is not None:  # sent once the watch is in place
+                request = functools.partial(self._request_release, owner_node, lock_key, session, deadline)
             blocker = lock_key if holder else self._txn_key
             self._wait_deleted(blocker, int(reply["header"]["revision"]) + 1, deadline, request)
             if time.monotonic() >= deadline:

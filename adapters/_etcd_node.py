@@ -45,6 +45,7 @@ import mmap
 import os
 import re
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,6 +202,10 @@ class StateWriter:
         self.path = Path(cache_dir) / STATE_FILE
         self._name = node.encode()
         self._seq = 0
+        self._mutex = threading.Lock()  # the keepalive thread publishes too
+        self._lease_id = 0
+        self._valid_until = 0.0
+        self._draining = False
         temp = self.path.with_suffix(f".new.{os.getpid()}")
         with open(temp, "wb") as f:
             f.write(STATE_FORMAT.pack(STATE_MAGIC, 0, os.getpid(), 0, 0.0, 0, self._name))
@@ -211,17 +216,28 @@ class StateWriter:
             os.close(fd)
         os.replace(temp, self.path)
 
-    def publish(self, lease_id: int, valid_until: float, draining: bool = False) -> None:
-        self._seq += 1  # odd: readers retry
-        struct.pack_into("<I", self._map, 4, self._seq)
-        STATE_FORMAT.pack_into(self._map, 0, STATE_MAGIC, self._seq, os.getpid(), lease_id,
-                               valid_until, int(draining), self._name)
-        self._seq += 1
-        struct.pack_into("<I", self._map, 4, self._seq)
+    def publish(self, lease_id: int, valid_until: float) -> None:
+        with self._mutex:
+            self._lease_id, self._valid_until = lease_id, valid_until
+            self._write()
+
+    def drain(self) -> None:
+        """Processes take no new locks through the cache; held ones stay valid."""
+        with self._mutex:
+            self._draining = True
+            self._write()
 
     def withdraw(self) -> None:
         """Processes stop trusting the node lease at once."""
         self.publish(0, 0.0)
+
+    def _write(self) -> None:
+        self._seq += 1  # odd: readers retry
+        struct.pack_into("<I", self._map, 4, self._seq)
+        STATE_FORMAT.pack_into(self._map, 0, STATE_MAGIC, self._seq, os.getpid(), self._lease_id,
+                               self._valid_until, int(self._draining), self._name)
+        self._seq += 1
+        struct.pack_into("<I", self._map, 4, self._seq)
 
     def remove(self) -> None:
         self.withdraw()
@@ -237,11 +253,12 @@ class NodeCache:
 
     ``migrate_in(key, lease, marker)`` is the adapter's: it takes the record's
     lock key for the node and returns (value, create_revision). Every public
-    method first asks ``live()``; when it is False, the adapter does the
-    operation without the cache.
+    lock or read raises NotLive, having done nothing, when the agent's lease
+    is not live; the adapter then does the operation without the cache.
     """
 
     def __init__(self, cache_dir: str | Path, db_base: bytes, migrate_in, mode: int = 0o600) -> None:
+        # here, not at the top: a process without the cache never loads python3-tdb
         from dbwrap_py.adapter import TDB_SEQNUM, DatabaseSpec
         from dbwrap_py.adapters.tdb import TdbAdapter
         from dbwrap_py.options import Options
@@ -309,10 +326,14 @@ class NodeCache:
         return existed
 
     def get(self, key: bytes) -> bytes | None:
-        record = self.local.get(key)
         if key in self.held:  # our lock: the local copy is the record
+            record = self.local.get(key)
             return unpack_record(record)[2] if record is not None else None
-        if self._valid(record, self.live()):
+        lease_id = self.live()
+        if not lease_id:
+            raise NotLive("the node agent's lease is not live")
+        record = self.local.get(key)
+        if self._valid(record, lease_id):
             return unpack_record(record)[2]
         value = self.lock_get(key)  # not ours: migrate it in, as ctdb does
         self.unlock(key)

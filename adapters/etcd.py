@@ -273,18 +273,18 @@ class EtcdAdapter(Adapter):
 
     # -- records ------------------------------------------------------------
 
-    def _cache(self, key: bytes | None = None) -> NodeCache | None:
-        """The node cache, if configured and its agent's lease is live (or
-        we hold ``key`` through it)."""
+    def _cache(self) -> NodeCache | None:
+        """The node cache, if configured and its agent's lease is live."""
         node = self._node
-        if node is None or not (key in node.held or node.live()):
-            return None
-        return node
+        return node if node is not None and node.live() else None
 
     def get(self, key: bytes) -> bytes | None:
-        node = self._cache(key)
+        node = self._node
         if node is not None:
-            return node.get(key)
+            try:
+                return node.get(key)
+            except NotLive:
+                pass  # no agent: etcd's copy, or the owning node's
         return self._get_etcd(key)
 
     def _get_etcd(self, key: bytes) -> bytes | None:
@@ -320,9 +320,12 @@ class EtcdAdapter(Adapter):
         return _unb64(kvs[0].get("value")) if kvs else None
 
     def exists(self, key: bytes) -> bool:
-        node = self._cache(key)
+        node = self._node
         if node is not None:
-            return node.get(key) is not None
+            try:
+                return node.get(key) is not None
+            except NotLive:
+                pass
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key] is not None
@@ -339,12 +342,12 @@ class EtcdAdapter(Adapter):
         return self._lock(key, read=True)
 
     def _lock(self, key: bytes, read: bool) -> bytes | None:
-        node = self._cache()
+        node = self._node
         if node is not None:
             try:
                 return node.lock_get(key)  # local: reading costs nothing more
             except NotLive:
-                pass  # the agent went between the check and the lock
+                pass  # no live agent: lock in etcd
         return self._acquire(key, read)
 
     def unlock(self, key: bytes) -> None:
@@ -394,8 +397,8 @@ class EtcdAdapter(Adapter):
         return int(reply["responses"][0]["response_delete_range"].get("deleted", 0)) > 0
 
     def put_unlock(self, key: bytes, value: bytes) -> None:
-        node = self._node
-        if self._txn is not None or self._held.get(key, 0) <= 0 or (node is not None and key in node.held):
+        # keys held through the node cache are never in _held either
+        if self._txn is not None or self._held.get(key, 0) <= 0:
             try:
                 self.put(key, value)
             finally:

@@ -79,6 +79,7 @@ class NodeAgent:
         self.vacuumed = 0
         self._transport = _Transport(self.config)
         self._stopping = threading.Event()
+        self._released = threading.Event()  # after the drain: keepalives end
         self._mutex = threading.Lock()  # lease_id, between the keepalive thread and us
         self._events: queue.Queue[bytes] = queue.Queue()
         self._caches: dict[bytes, TdbAdapter] = {}
@@ -138,7 +139,7 @@ class NodeAgent:
     def _keepalive(self) -> None:
         transport = _Transport(self.config)
         interval = self.config.lease_ttl / 3
-        while not self._stopping.wait(interval):
+        while not self._released.wait(interval):  # through the drain too
             with self._mutex:
                 lease_id = self.lease_id
             sent = time.monotonic()
@@ -290,22 +291,33 @@ class NodeAgent:
             lease_id = self.lease_id
         for db_base, local in self._local_caches():
             try:
-                tombstones = [(key, record) for key, record in local.scan()
-                              if unpack_record(record)[0] == lease_id and unpack_record(record)[2] is None]
-                for key, _ in tombstones:
-                    if not local.try_lock(key):
-                        continue  # in use: next time
-                    try:
-                        record = local.get(key)
-                        if record is not None and unpack_record(record)[0] == lease_id \
-                                and unpack_record(record)[2] is None:
-                            self._write_back(db_base, key, record, None)
-                            local.remove(key)
-                            self.vacuumed += 1
-                    finally:
-                        local.unlock(key)
+                for key in _owned_keys(local, lease_id, deleted_only=True):
+                    # a record in use is left for the next pass
+                    self.vacuumed += self._hand_back(db_base, local, key, lease_id, wait=False,
+                                                     deleted_only=True)
             except (DbwrapError, OSError) as exc:
                 _log(f"vacuum {db_base!r}: {exc}")
+
+    def _hand_back(self, db_base: bytes, local: TdbAdapter, key: bytes, lease_id: int,
+                   wait: bool, deleted_only: bool = False) -> bool:
+        """Write one record we own back to etcd and drop our copy, under its
+        local lock; False if it is locked (without ``wait``) or no longer ours."""
+        if wait:
+            local.lock(key)
+        elif not local.try_lock(key):
+            return False
+        try:
+            record = local.get(key)
+            if record is None:
+                return False
+            owner, _, value = unpack_record(record)
+            if owner != lease_id or (deleted_only and value is not None):
+                return False
+            written = self._write_back(db_base, key, record, None)
+            local.remove(key)
+            return written
+        finally:
+            local.unlock(key)
 
     def _local_caches(self) -> list[tuple[bytes, TdbAdapter]]:
         """Every database some process of this node has opened through the cache."""
@@ -324,7 +336,7 @@ class NodeAgent:
         assert self._writer is not None
         with self._mutex:
             lease_id = self.lease_id
-        self._writer.publish(lease_id, time.monotonic() + self.config.lease_ttl - self.margin, draining=True)
+        self._writer.drain()
         conn = self._watch_conn
         if conn is not None:
             try:
@@ -335,22 +347,15 @@ class NodeAgent:
         for _ in range(3):  # a process that saw the lease live just before may still migrate one in
             found = 0
             for db_base, local in self._local_caches():
-                for key, record in list(local.scan()):
-                    if unpack_record(record)[0] != lease_id:
-                        continue
+                for key in _owned_keys(local, lease_id):
                     found += 1
-                    local.lock(key)
                     try:
-                        record = local.get(key)
-                        if record is not None and unpack_record(record)[0] == lease_id:
-                            written += self._write_back(db_base, key, record, None)
-                            local.remove(key)
+                        written += self._hand_back(db_base, local, key, lease_id, wait=True)
                     except (DbwrapError, OSError) as exc:
                         _log(f"drain {key!r}: {exc}")
-                    finally:
-                        local.unlock(key)
             if not found:
                 break
+        self._released.set()
         self._writer.remove()
         try:
             self._call("/v3/lease/revoke", {"ID": str(lease_id)})
@@ -360,6 +365,16 @@ class NodeAgent:
             local.close()
         _log(f"stopped: {written} record(s) written back, {self.served} release request(s) served, "
              f"{self.vacuumed} deleted record(s) vacuumed")
+
+
+def _owned_keys(local: TdbAdapter, lease_id: int, deleted_only: bool = False) -> list[bytes]:
+    """The keys of ``local``'s records owned under ``lease_id`` (only deleted ones)."""
+    keys = []
+    for key, record in local.scan():
+        owner, _, value = unpack_record(record)
+        if owner == lease_id and (value is None or not deleted_only):
+            keys.append(key)
+    return keys
 
 
 class NodeAgentProcess:

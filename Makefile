@@ -30,7 +30,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
+.PHONY: all deps venv test test-fast test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -79,7 +79,7 @@ CHECKER_SRC := $(wildcard conformance/linearizability/*.go) conformance/lineariz
                conformance/linearizability/go.sum
 $(CHECKER_BIN): $(CHECKER_SRC) | deps
 	@mkdir -p $(BUILD)
-	cd conformance/linearizability && go build -o $(CURDIR)/$@ .
+	cd conformance/linearizability && go build -buildvcs=false -o $(CURDIR)/$@ .
 
 $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
@@ -93,8 +93,10 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-test: all test-c test-python test-conformance test-smb test-torture test-torture-etcd \
-	test-torture-etcd-cache
+# Everything but the long smbtorture comparisons (what test-fresh runs).
+test-fast: all test-c test-python test-conformance test-smb
+
+test: test-fast test-torture test-torture-etcd test-torture-etcd-cache
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)

@@ -2,15 +2,38 @@
 # Install the Debian packages dbwrap_py needs, only those that are missing,
 # with one apt-get update before the first install. Idempotent and quick
 # when everything is there already.
+#
+# Packages go in with --no-install-recommends, so every package whose files
+# the project uses is named here, not left to a Recommends: samba only
+# recommends samba-vfs-modules, without which the throwaway share
+# (vfs objects = acl_xattr streams_xattr) refuses every tree connect.
+# tests/python/test_install_deps.py checks each file against this list.
 set -eu
 
 packages="
   build-essential pkg-config
   python3 python3-dev python3-venv python3-tdb
   libtalloc-dev libtdb-dev tdb-tools
-  samba samba-testsuite smbclient
+  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
   etcd-server openssl
+  ca-certificates
 "
+# What each is for:
+#   build-essential, pkg-config      the bridge, the preload library, the C tests
+#   python3, python3-dev             the interpreter the bridge embeds, and its headers
+#   python3-venv                     the .venv (pip and setuptools wheels)
+#   python3-tdb                      the tdb adapter's Python side
+#   libtalloc-dev, libtdb-dev        talloc and tdb headers for the bridge
+#   tdb-tools                        tdbdump, tdbtool: reading tdb files in tests
+#   samba                            smbd, smbstatus, pdbedit, sharesec, and Samba's
+#                                    private libraries (libdbwrap-samba4, libsmbconf)
+#   samba-common-bin                 net, smbpasswd, testparm, dbwrap_tool
+#   samba-vfs-modules                acl_xattr and streams_xattr, on the test share
+#   samba-testsuite                  smbtorture
+#   smbclient                        smbclient, the tests' SMB client
+#   etcd-server                      the throwaway etcd of the etcd adapter's tests
+#   openssl                          certificates for the etcd TLS tests
+#   ca-certificates                  pip and the Go module proxy over HTTPS
 
 # A Go toolchain builds the linearizability checker; Debian's is enough
 # (go.mod asks for 1.19), but a newer one already on PATH is used as it is.

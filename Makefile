@@ -5,8 +5,9 @@ PYTHON      ?= /usr/bin/python3
 VENV        := .venv
 VPY         := $(VENV)/bin/python
 BUILD       := build
-MULTIARCH   := $(shell gcc -print-multiarch)
-SAMBA_LIBDIR := /usr/lib/$(MULTIARCH)/samba
+# recursive: evaluated in recipes, after deps has installed gcc on a fresh machine
+MULTIARCH    = $(shell gcc -print-multiarch)
+SAMBA_LIBDIR = /usr/lib/$(MULTIARCH)/samba
 
 PY_CFLAGS    = $(shell $(PYTHON)-config --includes)
 PY_LDFLAGS   = $(shell $(PYTHON)-config --embed --ldflags)

@@ -41,6 +41,12 @@ if ! command -v go >/dev/null 2>&1; then
     packages="$packages golang-go"
 fi
 
+# --list: the packages, one per line (tests/python/test_install_deps.py reads them)
+if [ "${1:-}" = "--list" ]; then
+    printf '%s\n' $packages
+    exit 0
+fi
+
 missing=""
 for pkg in $packages; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

@@ -5,6 +5,8 @@
   dbwrap-py get ADAPTER DB KEY             one value
   dbwrap-py put ADAPTER DB KEY VALUE       store under the record lock
   dbwrap-py check ADAPTER [-o k=v ...]     conformance suite: is Samba safe on it?
+  dbwrap-py copy --from A [-o k=v] --to B [-o k=v] DB...
+                                           copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py etcd [--nodes 1|3]             a throwaway etcd on 127.0.0.1 until Ctrl-C
   dbwrap-py etcd-agent --cache-dir D ...   the etcd node agent (for node_cache = yes), until SIGTERM
@@ -37,6 +39,7 @@ from dbwrap_py.registry import builtin_names, find_adapter
 from dbwrap_py.servers import backend_options
 
 if TYPE_CHECKING:
+    from dbwrap_py import migrate
     from dbwrap_py.samba import SambaSetup
 
 
@@ -135,6 +138,76 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if run.ok else 1
 
 
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from dbwrap_py import migrate
+
+    if args.source is None or args.destination is None:
+        print("dbwrap-py copy: give both --from ADAPTER and --to ADAPTER", file=sys.stderr)
+        return 2
+    names = list(args.db)
+    try:
+        if args.persistent:
+            if not args.configfile:
+                raise migrate.CopyRefused("--persistent needs --configfile: the Samba's smb.conf")
+            names += migrate.persistent_databases(args.configfile)
+        if not names:
+            raise migrate.CopyRefused("no database named: give paths, or --persistent --configfile F")
+        if not args.while_running:
+            _refuse_if_samba_runs(args.configfile, names)
+    except migrate.CopyRefused as exc:
+        print(f"dbwrap-py copy: refused: {exc}", file=sys.stderr)
+        return 2
+    source = migrate.Endpoint(args.source, tuple(args.from_options))
+    destination = migrate.Endpoint(args.destination, tuple(args.to_options))
+    print(f"copy from {source} to {destination}")
+    status = 0
+    for name in names:
+        try:
+            report = migrate.copy_database(name, source, destination, args.overwrite)
+        except migrate.CopyRefused as exc:
+            print(f"  refused: {exc}")
+            status = max(status, 2)
+            continue
+        except DbwrapError as exc:
+            print(f"  {name}: failed: {type(exc).__name__}: {exc}"
+                  + ("" if args.source == args.destination else
+                     " (a transactional destination is left as it was)"))
+            status = max(status, 2)
+            continue
+        status = max(status, _show_copy(report))
+    return status
+
+
+def _refuse_if_samba_runs(configfile: str | None, names: Sequence[str]) -> None:
+    from dbwrap_py import migrate
+
+    busy = migrate.running_daemons(configfile) if configfile else []
+    busy += migrate.processes_holding(names)
+    if busy:
+        raise migrate.CopyRefused(
+            "Samba is using these databases: " + "; ".join(busy) + ". Stop smbd, winbindd and"
+            " nmbd first: what they write after the copy would be lost. --while-running copies"
+            " anyway.")
+
+
+def _show_copy(report: "migrate.CopyReport") -> int:
+    if report.empty_source:
+        print(f"  {report.name}: the source has no records; nothing written"
+              " (is this the path smbd uses?)")
+        return 0
+    how = "in one transaction" if report.transactional else "record by record"
+    replaced = f", replacing {report.overwritten}" if report.overwritten else ""
+    print(f"  {report.name}: {report.copied} records copied {how}{replaced};"
+          f" {report.verified} verified")
+    for what, keys in (("differs", report.differing), ("missing", report.missing),
+                       ("only in the destination", report.extra)):
+        for key in keys[:5]:
+            print(f"    {what}: {_show(key)}")
+        if len(keys) > 5:
+            print(f"    ... and {len(keys) - 5} more {what}")
+    return 0 if report.ok else 1
+
+
 def _cmd_samba(args: argparse.Namespace) -> int:
     from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup
 
@@ -178,6 +251,8 @@ def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
         print(f"\n{c.suite}: native {c.native.seconds:.0f}s, bridge {c.bridge.seconds:.0f}s\n{header}")
         for name, native, bridge, note in c.rows():
             print(f"{c.suite + '.' + name:<60} {native:<10} {bridge:<12} {note}")
+            for line in c.causes.get(name, ()):
+                print(f"      {line}")
         sys.stdout.flush()
 
     comparisons = smbtorture.compare_suites(suites, setup, progress=show)
@@ -216,7 +291,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ratio = bridge.opens_per_second / native.opens_per_second if native.opens_per_second else 0
     print(f"{'ratio':16}{ratio:>10.2f}"
           f"{bridge.closes_per_second / native.closes_per_second if native.closes_per_second else 0:>10.2f}")
-    return 0 if native.ok and bridge.ok else 1
+    failed = [p for p in points if not p.ok]
+    if failed:  # the cause goes last, where a reader of a failed run looks first
+        p = failed[0]
+        print(f"demo failed: {p.mode} measured {p.opens_per_second:.0f} opens/s: "
+              + (p.failure_lines() or ["no cause found"])[0])
+        return 1
+    return 0
 
 
 def _cmd_bench_smb(args: argparse.Namespace) -> int:
@@ -237,7 +318,8 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
             def done(p: smb.Point) -> None:
                 progress.done(p.nprocs, f"  nprocs={p.nprocs:<4} {p.mode:<22} "
                               f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms"
-                              + ("" if p.ok else f"  FAILED {p.error}"))
+                              + ("" if p.ok else "  FAILED\n" + "\n".join(
+                                  f"      {line}" for line in p.failure_lines())))
 
             def skip(label: str, why: str) -> None:
                 skipped[label] = why
@@ -306,6 +388,22 @@ def _cmd_bench_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Side(argparse.Action):
+    """--from / --to: store the adapter, and make later -o options its own."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.side = "from" if self.dest == "source" else "to"
+
+
+class _SideOption(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        if namespace.side is None:
+            parser.error(f"{option_string} {values}: name --from or --to before its options")
+        dest = f"{namespace.side}_options"  # a new list: the default one is shared
+        setattr(namespace, dest, [*getattr(namespace, dest), values])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dbwrap-py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -337,6 +435,28 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", help="also write the results here")
     check.add_argument("-v", "--verbose", action="store_true", help="show the bridge's log lines")
     check.set_defaults(fn=_cmd_check)
+
+    copy = sub.add_parser(
+        "copy", help="copy persistent databases from one backend to another, and verify",
+        description="Copy Samba databases between adapters, e.g. before switching"
+                    " dbwrap_py:module. Each -o belongs to the --from or --to before it.")
+    copy.add_argument("--from", dest="source", action=_Side, metavar="ADAPTER",
+                      help="the adapter the databases are on now")
+    copy.add_argument("--to", dest="destination", action=_Side, metavar="ADAPTER",
+                      help="the adapter to copy them to")
+    copy.add_argument("-o", "--option", action=_SideOption, metavar="K=V",
+                      help="an option of the adapter named before it (repeatable)")
+    copy.add_argument("--overwrite", action="store_true",
+                      help="replace what a non-empty destination holds")
+    copy.add_argument("--configfile", "-s", metavar="SMB.CONF",
+                      help="the Samba whose daemons must be stopped (pid directory), and"
+                           " whose databases --persistent names")
+    copy.add_argument("--persistent", action="store_true",
+                      help="every persistent database of --configfile's Samba")
+    copy.add_argument("--while-running", action="store_true",
+                      help="copy even if Samba runs (its later writes are not copied)")
+    copy.add_argument("db", nargs="*", help="database paths, as smbd passes them to db_open")
+    copy.set_defaults(fn=_cmd_copy, from_options=[], to_options=[], side=None)
 
     samba = sub.add_parser("samba", help="run a throwaway smbd until Ctrl-C")
     samba.add_argument("--bridge", default="volatile",

@@ -41,7 +41,8 @@ VOLATILE_DATABASES = (
     "smbXsrv_client_global.tdb",
     "smbXsrv_version_global.tdb",
 )
-PERSISTENT_DATABASES = ("secrets.tdb", "passdb.tdb", "registry.tdb", "share_info.tdb")
+PERSISTENT_DATABASES = ("secrets.tdb", "passdb.tdb", "registry.tdb", "share_info.tdb",
+                        "group_mapping.tdb", "account_policy.tdb")
 
 
 class SambaError(RuntimeError):
@@ -60,9 +61,13 @@ class SambaSetup:
     #: more [global] parameters
     extra_global: Mapping[str, str] = field(default_factory=dict)
     log_level: int = 1
+    #: the share's VFS modules (Debian: samba-vfs-modules), what smbtorture's suites expect
+    share_vfs_objects: str = "acl_xattr streams_xattr"
     port: int | None = None
     #: seconds to wait for smbd to listen
     start_timeout: float = 30.0
+    #: add the test user at start; off when the passdb must already have it
+    add_user: bool = True
 
 
 def free_port() -> int:
@@ -83,11 +88,14 @@ def ensure_test_user() -> None:
 
 
 class ThrowawaySamba:
-    def __init__(self, setup: SambaSetup, keep: bool = False) -> None:
+    """``root``: a folder of an earlier, stopped instance (kept with ``keep``)
+    to start again on the same databases, e.g. with another adapter."""
+
+    def __init__(self, setup: SambaSetup, keep: bool = False, root: Path | None = None) -> None:
         self.setup = setup
         self.keep = keep
         self.port = setup.port or free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="dbwrap_py_samba."))
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_samba."))
         self.conf = self.root / "smb.conf"
         self.log = self.root / "log.smbd"
         self.share_path = self.root / SHARE
@@ -140,8 +148,9 @@ class ThrowawaySamba:
         os.chmod(self.share_path, 0o777)
         self.conf.write_text(self.smb_conf())
         ensure_test_user()
-        self.run_tool(["smbpasswd", "-c", str(self.conf), "-s", "-a", TEST_USER],
-                      input=f"{TEST_PASSWORD}\n{TEST_PASSWORD}\n")
+        if self.setup.add_user:
+            self.run_tool(["smbpasswd", "-c", str(self.conf), "-s", "-a", TEST_USER],
+                          input=f"{TEST_PASSWORD}\n{TEST_PASSWORD}\n")
         self._smbd_stderr = open(self.root / "smbd.stderr", "wb")
         self._smbd = subprocess.Popen(
             ["smbd", "--foreground", "--no-process-group", f"--configfile={self.conf}"],
@@ -213,6 +222,17 @@ class ThrowawaySamba:
                              f"{result.stdout}{result.stderr}")
         return result
 
+    def log_position(self) -> int:
+        """Where smbd's log ends now; log_since() reads what comes after."""
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def log_since(self, position: int) -> str:
+        if not self.log.exists():
+            return ""
+        with self.log.open("rb") as f:
+            f.seek(position)
+            return f.read().decode(errors="replace")
+
     def log_tail(self, lines: int = 40) -> str:
         text = ""
         for path in (self.log, self.root / "smbd.stderr"):
@@ -264,5 +284,5 @@ class ThrowawaySamba:
                 params[f"dbwrap_py:{key}"] = value
         lines = ["[global]"] + [f"\t{k} = {v}" for k, v in params.items()]
         lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no",
-                  "\tvfs objects = acl_xattr streams_xattr", ""]
+                  f"\tvfs objects = {self.setup.share_vfs_objects}", ""]
         return "\n".join(lines)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from dbwrap_py.explain import explain
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
 
 #: the suites issue 3 names; path-contention-shared is the benchmark's
@@ -51,6 +52,8 @@ class SuiteRun:
     seconds: float = 0.0
     returncode: int = 0
     output: str = ""
+    #: why it failed (smbd's log, smbtorture's output), when smbtorture did not exit 0
+    cause: list[str] = field(default_factory=list)
 
     def passed(self, subtest: str) -> bool:
         return self.results.get(subtest) == "success"
@@ -95,7 +98,9 @@ def run_suite(suite: str, setup: SambaSetup, mode: str, timeout: float = 1800) -
             run.output = result.stdout + result.stderr
         except subprocess.TimeoutExpired as exc:
             run.returncode = -1
-            run.output = f"{exc.stdout or ''}\ntimed out after {timeout}s"
+            run.output = f"{_text(exc.stdout)}\ntimed out after {timeout}s"
+        if run.returncode != 0:
+            run.cause = explain(run.output, samba.log_since(0))
     run.seconds = time.monotonic() - start
     run.results = parse_results(run.output)
     return run
@@ -110,6 +115,8 @@ class Comparison:
     regressions: list[str] = field(default_factory=list)
     #: failed through the bridge once, passed on the retry
     flaky: list[str] = field(default_factory=list)
+    #: a regression's cause, from its retry
+    causes: dict[str, list[str]] = field(default_factory=dict)
 
     def rows(self) -> Iterable[tuple[str, str, str, str]]:
         for name in sorted(set(self.native.results) | set(self.bridge.results)):
@@ -131,6 +138,7 @@ def compare_suite(suite: str, bridge_setup: SambaSetup, retry: bool = True) -> C
             comparison.flaky.append(name)
         else:
             comparison.regressions.append(name)
+            comparison.causes[name] = again.cause if again is not None else comparison.bridge.cause
     return comparison
 
 
@@ -155,6 +163,8 @@ class Rates:
     close_latency: list[float] = field(default_factory=list)
     ok: bool = False
     output: str = ""
+    #: why the run failed (smbd's log, smbtorture's output); empty when ok
+    cause: list[str] = field(default_factory=list)
 
     @property
     def opens_per_second(self) -> float:
@@ -175,14 +185,32 @@ def parse_rates(output: str) -> Rates:
         rates.open_latency.append(float(match.group(3)))
         rates.closes.append(int(match.group(4)))
         rates.close_latency.append(float(match.group(5)))
-    rates.ok = "success: path-contention-shared" in output
+    rates.ok = "success: path-contention-shared" in output and bool(rates.opens)
     return rates
 
 
 def path_contention(samba: ThrowawaySamba, nprocs: int, seconds: int) -> Rates:
-    """smb2.bench.path-contention-shared against a running throwaway Samba."""
+    """smb2.bench.path-contention-shared against a running throwaway Samba;
+    a failed or hung run comes back with its cause."""
     command = torture_command(samba, "smb2.bench.path-contention-shared",
                               f"torture:timelimit={seconds}", f"torture:nprocs={nprocs}")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120,
-                            cwd=samba.root)
-    return parse_rates(result.stdout + result.stderr)
+    log_start = samba.log_position()
+    timeout = seconds + 120
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                cwd=samba.root)
+    except subprocess.TimeoutExpired as exc:
+        output = _text(exc.stdout) + _text(exc.stderr)
+        rates = Rates(output=output)
+        rates.cause = [f"smbtorture ran past {timeout}s"] + explain(output, samba.log_since(log_start))
+        return rates
+    rates = parse_rates(result.stdout + result.stderr)
+    if not rates.ok:
+        rates.cause = explain(rates.output, samba.log_since(log_start))
+    return rates
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""

@@ -131,3 +131,14 @@ def test_per_database_adapter_and_options():
         log = samba.log.read_text(errors="replace")
     assert re.search(r"db=\S+/brlock\.tdb op=open: adapter sqlite", log)
     assert re.search(r"db=\S+/locking\.tdb op=open: adapter tdb", log)
+
+
+def test_a_share_smbd_cannot_serve_is_explained_by_smbd_log_lines():
+    from dbwrap_py.smbtorture import path_contention
+
+    setup = SambaSetup(bridged=VOLATILE_DATABASES, share_vfs_objects="acl_xattr no_such_vfs_module")
+    with ThrowawaySamba(setup) as samba:
+        rates = path_contention(samba, 1, 1)
+    assert not rates.ok and rates.opens_per_second == 0
+    assert re.match(r"smbd: Error loading module '\S+/no_such_vfs_module\.so'", rates.cause[0]), rates.cause
+    assert any("NT_STATUS_BAD_NETWORK_NAME" in line for line in rates.cause), rates.cause

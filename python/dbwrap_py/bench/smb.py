@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -44,8 +43,11 @@ class Point:
     ok: bool
     #: which pass over the nprocs points (a sweep's rounds)
     round_index: int = 0
-    #: why the point has no rates (smbtorture timed out), else empty
+    #: why the point failed, one cause per line (smbd's log, smbtorture), else empty
     error: str = ""
+
+    def failure_lines(self) -> list[str]:
+        return self.error.splitlines()
 
 
 def _point(mode: str, nprocs: int, rates: Rates) -> Point:
@@ -54,12 +56,14 @@ def _point(mode: str, nprocs: int, rates: Rates) -> Point:
         return 1000 * sum(xs) / len(xs) if xs else 0.0
 
     return Point(mode, nprocs, rates.opens_per_second, rates.closes_per_second,
-                 mean(rates.open_latency), mean(rates.close_latency), rates.ok)
+                 mean(rates.open_latency), mean(rates.close_latency), rates.ok,
+                 error="\n".join(rates.cause))
 
 
 def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
         rounds: int = 1, say=print) -> list[Point]:
-    """Every nprocs point, native then bridge, `rounds` times each."""
+    """Every nprocs point, native then bridge, `rounds` times each; a failed
+    point is followed by its cause."""
     points: list[Point] = []
     with ThrowawaySamba(setup_for("native")) as native, \
             ThrowawaySamba(setup_for("bridge", adapter)) as bridge:
@@ -69,8 +73,9 @@ def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
                     point = _point(mode, n, path_contention(samba, n, seconds))
                     points.append(point)
                     say(f"  nprocs={n:<3} {mode:<14} {point.opens_per_second:9.0f} opens/s"
-                        f" {point.closes_per_second:9.0f} closes/s"
-                        f"{'' if point.ok else '  (smbtorture reported a failure)'}")
+                        f" {point.closes_per_second:9.0f} closes/s{'' if point.ok else '  FAILED'}")
+                    for line in point.failure_lines():
+                        say(f"      {line}")
     return points
 
 
@@ -139,13 +144,8 @@ class Backend:
 
 def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
             round_index: int) -> Point:
-    """One point; a run that hangs past its timeout gives a failed point."""
-    try:
-        rates = path_contention(samba, nprocs, seconds)
-    except subprocess.TimeoutExpired:
-        return Point(label, nprocs, 0.0, 0.0, 0.0, 0.0, False, round_index,
-                     f"smbtorture ran past {seconds + 120}s")
-    point = _point(label, nprocs, rates)
+    """One point; a failed or hung run gives a failed point with its cause."""
+    point = _point(label, nprocs, path_contention(samba, nprocs, seconds))
     point.round_index = round_index
     return point
 

@@ -22,7 +22,7 @@ results=$checkout/results/fresh
 . "$scripts/fresh/checkout.sh"
 . "$scripts/fresh/chroot.sh"
 
-workdir="" root="" failed_step="" mode=""
+workdir="" root="" current_step="" mode=""
 step_names=() step_secs=()
 run_start=$EPOCHREALTIME
 
@@ -37,6 +37,7 @@ run_step() {
     local name=$1 start rc
     shift
     echo "==> test-fresh: $name"
+    current_step=$name
     start=$EPOCHREALTIME
     set +e
     ( set -e; "$@" ) 2>&1 | tee "$results/$name.log"
@@ -44,11 +45,11 @@ run_step() {
     set -e
     step_names+=("$name") step_secs+=("$(seconds_since "$start")")
     [ "$rc" -eq 0 ] || fail_step "$name" "$rc"
+    current_step=""
 }
 
 # Never a bare "failed": the step, its status and the end of its output.
 fail_step() {
-    failed_step=$1
     echo
     echo "test-fresh: step '$1' failed (exit $2); the last 60 lines of results/fresh/$1.log:"
     tail -n 60 "$results/$1.log" | sed 's/^/  | /'
@@ -77,7 +78,7 @@ leave_root() {
 
 print_summary() {
     local rc=$1 i status=passed
-    [ "$rc" -eq 0 ] || status="FAILED${failed_step:+ at $failed_step} (exit $rc)"
+    [ "$rc" -eq 0 ] || status="FAILED${current_step:+ in $current_step} (exit $rc)"
     {
         echo "test-fresh: $status, $mode root, HEAD $(git -C "$checkout" rev-parse --short HEAD)"
         for i in "${!step_names[@]}"; do

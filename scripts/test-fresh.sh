@@ -7,8 +7,9 @@
 # a user would type them. The clone takes the committed HEAD: uncommitted
 # changes are not tested. Needs root (debootstrap, mount, chroot).
 #
-#   FRESH_CACHE=0   a cold run: build the root again and replace the cache
-#   KEEP=1          keep the root afterwards (stopped and unmounted)
+#   FRESH_CACHE=0        a cold run: build the root again and replace the cache
+#   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
+#   KEEP=1               keep the root afterwards (stopped and unmounted)
 #
 # Logs: results/fresh/<step>.log and results/fresh/summary.txt.
 set -euo pipefail

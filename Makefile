@@ -31,7 +31,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
+.PHONY: all deps venv test test-fast test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-fresh demo bench bench-bridge bench-smb bench-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -98,6 +98,12 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 test-fast: all test-c test-python test-conformance test-smb
 
 test: test-fast test-torture test-torture-etcd test-torture-etcd-cache
+
+# The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
+# a chroot): `make demo`, then `make test-fast`, on a clone of the committed
+# HEAD. Needs root; see scripts/test-fresh.sh.
+test-fresh:
+	@scripts/test-fresh.sh
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)

@@ -1,0 +1,80 @@
+# test-fresh: the bare Debian 12 root. debootstrap's minbase plus make (one
+# needs it to type `make`), nothing more: whatever else the project needs,
+# its own commands must install. Cached as a tar.zst, so that later runs
+# re-create the root in about a second.
+# Sourced by scripts/test-fresh.sh.
+
+fresh_suite=bookworm
+fresh_cache=${XDG_CACHE_HOME:-$HOME/.cache}/dbwrap_py/fresh-$fresh_suite-minbase.tar.zst
+
+# The mirror this machine's apt uses for the suite, so that no registry is
+# named here: the first URI of an enabled deb822 stanza (sources.list.d/*.sources)
+# whose Suites include it, else of a one-line `deb` entry (sources.list, *.list).
+host_mirror() {
+    local uri
+    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v suite="$fresh_suite" '
+        function stanza_end() {
+            if (!found && types ~ "(^| )deb( |$)" && suites ~ "(^| )" suite "( |$)" &&
+                enabled != "no" && uris != "") { split(uris, u, " "); print u[1]; found = 1 }
+            types = suites = uris = enabled = ""
+        }
+        /^#/ { next }
+        /^[ \t]*$/ { stanza_end(); next }
+        /^[A-Za-z-]+:/ {
+            key = tolower(substr($0, 1, index($0, ":") - 1))
+            val = substr($0, index($0, ":") + 1); gsub(/^[ \t]+|[ \t]+$/, "", val)
+            if (key == "types") types = val; else if (key == "uris") uris = val
+            else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val)
+        }
+        END { stanza_end() }')
+    if [ -z "$uri" ]; then
+        uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v suite="$fresh_suite" '
+            { sub(/#.*/, ""); gsub(/\[[^]]*\]/, "") }
+            $1 == "deb" && $3 == suite { print $2; exit }')
+    fi
+    [ -n "$uri" ] || { echo "test-fresh: no apt source for $fresh_suite on this host" >&2; return 1; }
+    echo "$uri"
+}
+
+# debootstrap's minbase plus make, then without what a fresh machine has not
+# fetched yet (package lists, .debs) or takes from the host on each run (DNS).
+build_minbase() {
+    local root=$1 mirror
+    mirror=$(host_mirror)
+    echo "test-fresh: debootstrap --variant=minbase --include=make $fresh_suite from $mirror"
+    debootstrap --variant=minbase --include=make "$fresh_suite" "$root" "$mirror"
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+           "$root"/var/cache/apt/archives/*.deb "$root/etc/resolv.conf"
+    mkdir -p "$root/var/lib/apt/lists/partial"
+}
+
+# Written beside the cache and renamed, so an interrupted run leaves no half cache.
+save_minbase() {
+    local root=$1 tmp
+    mkdir -p "$(dirname "$fresh_cache")"
+    tmp=$fresh_cache.$$.tmp
+    tar --numeric-owner --xattrs --xattrs-include='*' --acls --one-file-system \
+        -C "$root" -cf - . | zstd -q -T0 -3 > "$tmp"
+    mv "$tmp" "$fresh_cache"
+    echo "test-fresh: cached the root as $fresh_cache ($(du -h "$fresh_cache" | cut -f1))"
+}
+
+restore_minbase() {
+    local root=$1
+    echo "test-fresh: the root from $fresh_cache"
+    zstd -q -dc "$fresh_cache" |
+        tar --numeric-owner --xattrs --xattrs-include='*' --acls -C "$root" -xpf -
+}
+
+# The root in $1 (an empty folder): from the cache, or built and cached when
+# there is none or FRESH_CACHE=0 asks for a cold run.
+create_root() {
+    local root=$1
+    if [ "${FRESH_CACHE:-1}" != 0 ] && [ -s "$fresh_cache" ]; then
+        restore_minbase "$root"
+    else
+        need_host_commands debootstrap:debootstrap
+        build_minbase "$root"
+        save_minbase "$root"
+    fi
+}

@@ -49,6 +49,7 @@ USED_FILES = [
     ("/usr/bin/pkg-config", "the Makefile's talloc and tdb flags"),
     ("/usr/bin/gcc", "the Makefile"),
     ("/usr/bin/make", "the Makefile"),
+    ("/usr/lib/python3/dist-packages/wheel/bdist_wheel.py", "pip's editable install (bdist_wheel)"),
     ("/usr/sbin/update-ca-certificates", "pip and Go modules over HTTPS"),
 ]
 

@@ -46,22 +46,30 @@ def _tail(path: Path, lines: int = _TAIL) -> list[str]:
         return [f"({path}: {exc})"]
 
 
-def etcd_lock_keys(cluster, prefix: str = "dbwrap_py/") -> list[str]:
-    """Every record lock key etcd holds, with its holder and lease."""
+def etcd_lock_keys(cluster, prefix: str = "dbwrap_py/", shown: int = 5) -> list[str]:
+    """The record locks etcd holds, counted per database and holder, a few of
+    each shown; and every pending release request in full."""
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     reply = cluster.gateway("/v3/kv/range", {"key": b64(prefix.encode()),
                                              "range_end": b64(end.encode())})
-    lines = []
+    requests, groups = [], {}
     for kv in reply.get("kvs", []):
         key = base64.b64decode(kv["key"])
-        if b"/l/" not in key:
-            continue
         holder = base64.b64decode(kv.get("value", ""))
-        lines.append(f"{key!r} held by {holder!r} lease {int(kv.get('lease', 0)):x}"
-                     f" created at revision {kv.get('create_revision')}")
+        lease = int(kv.get("lease", 0))
+        if b"/_nodes/" in key and b"/r/" in key:
+            requests.append(f"release request {key!r} (requester's lease {lease:x})")
+        elif b"/l/" in key:
+            db = key.split(b"/l/", 1)[0].rsplit(b"/", 1)[-1]
+            groups.setdefault((db, holder), []).append(
+                f"{key!r} lease {lease:x} created at revision {kv.get('create_revision')}")
+    lines = requests or ["(no release requests)"]
+    for (db, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
+        lines.append(f"{len(keys)} lock keys of {db!r} held by {holder!r}")
+        lines.extend(f"  {k}" for k in keys[:shown])
     return lines or ["(no record lock keys)"]
 
 

@@ -3,24 +3,11 @@
 The etcd client (the JSON gateway transport, the per-process session with its
 lease and keepalive thread) is in ``_etcd_client``.
 
-Key layout, for database ``spec.name`` and option ``prefix`` (default
-``dbwrap_py``)::
-
-    <prefix>/<basename>@<hash>/d/<key>   a record (raw key bytes: etcd keys are bytes)
-    <prefix>/<basename>@<hash>/l/<key>   the record's lock, on the holder's lease
-    <prefix>/<basename>@<hash>/t         the transaction lock (persistent databases)
-    <prefix>/<basename>@<hash>/s         sequence number key, rewritten by every write
-    <prefix>/<basename>@<hash>/o/<owner> one per open of a volatile database, on a lease
-    <prefix>/<basename>@<hash>/w         rewritten by each TDB_CLEAR_IF_FIRST wipe
-    <prefix>/_nodes/<node>[/r/<lock key>] node agents, and release requests to them
-
-``<hash>`` is 16 hex digits of BLAKE2b over the full path, so the same path
-names the same database on every host sharing the cluster, and two
-directories holding ``locking.tdb`` do not collide. Each sub-prefix differs
-in its first byte, so a range read of ``d/`` never returns a lock key.
+Key layout: ``_etcd_keys`` (records and locks sit under their bucket).
 
 Record locks: the lock key is created by a transaction comparing its
-create_revision to 0, attached to a per-process lease that a keepalive thread
+create_revision (and, for a volatile database, the bucket claim's) to 0,
+attached to a per-process lease that a keepalive thread
 refreshes every TTL/3. A crashed holder's locks vanish with its lease
 (TTL to TTL + 0.5 s: etcd's lessor checks every 500 ms). A waiter watches the
 lock key for its deletion, bounded by ``op_timeout``.
@@ -54,19 +41,18 @@ and on nothing else.
 Fork: every process gets its own connection, lease and keepalive thread on
 first use; state inherited through fork() is dropped unused, never closed.
 
-Node cache (option ``node_cache``, volatile databases): records owned by the
-node and kept in a local tdb, migrated between nodes on demand, as ctdb
-does. The design is in ``_etcd_node``; here, a lock key whose value names a
-node gets a release request when we wait for it, and an unlocked read of a
-record a node owns takes the lock (so the node writes it back) rather than
-read a stale copy.
+Node cache (``node_cache``, volatile databases): the node cache framework
+(dbwrap_py.nodecache) sits in front of this adapter; ``_etcd_ownership`` is
+this adapter's side of its protocol. Here, a record a node owns (its lock key
+names the node, or its bucket is claimed) is asked for when this process
+wants it, and an unlocked read of such a record takes the lock (the node
+writes the record back) rather than read a stale copy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
 import socket
@@ -77,7 +63,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
-from dbwrap_py.adapters._etcd_node import NodeCache, NotLive, marker_node, request_prefix
 from dbwrap_py.adapters._etcd_client import (
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,  # unused here: re-exported beside this module's other defaults
@@ -86,12 +71,13 @@ from dbwrap_py.adapters._etcd_client import (
     _Config,
     _Counter,
     _LeaseGone,
-    _prefix_end,
     _Session,
     _session_for,
     _sessions,
     _unb64,
 )
+from dbwrap_py.adapters._etcd_keys import DatabaseKeys, db_id, marker_node, prefix_end, request
+from dbwrap_py.adapters._etcd_ownership import EtcdNodeStore, EtcdOwnership, first_kv
 from dbwrap_py.errors import (
     ConfigError,
     Corruption,
@@ -102,6 +88,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
+from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.options import Options
 
 DEFAULT_PREFIX = "dbwrap_py"
@@ -149,8 +136,6 @@ class EtcdAdapter(Adapter):
         "key_file",
         "user",
         "password",
-        "node_cache",
-        "node_cache_dir",
     )
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
@@ -161,17 +146,7 @@ class EtcdAdapter(Adapter):
         if not prefix:
             raise ConfigError("option prefix must not be empty")
         self.capabilities = self.declared_capabilities(options)
-        digest = hashlib.blake2b(spec.name.encode(), digest_size=8).hexdigest()
-        self._prefix = prefix.encode()
-        db_base = f"{spec.basename}@{digest}".encode()
-        self.base = self._prefix + b"/" + db_base + b"/"
-        self._data = self.base + b"d/"
-        self._data_end = _prefix_end(self._data)
-        self._locks_prefix = self.base + b"l/"
-        self._txn_key = self.base + b"t"
-        self._seq_key = self.base + b"s"
-        self._openers_prefix = self.base + b"o/"
-        self._wipe_key = self.base + b"w"
+        self.keys = DatabaseKeys(prefix.encode(), db_id(spec.basename, spec.name))
         #: requests this adapter sent (the keepalive thread's are in the session)
         self.round_trips = 0
         self._count = _Counter(self, "round_trips")
@@ -182,12 +157,8 @@ class EtcdAdapter(Adapter):
         self._held: dict[bytes, int] = {}  # key -> create_revision of our lock key; 0: lost
         self._txn: _Transaction | None = None
         self._closed = False
-        self._node: NodeCache | None = None
-        if options.get_bool("node_cache", False) and not spec.persistent:
-            cache_dir = options.get_str("node_cache_dir", "") or os.path.join(
-                os.path.dirname(os.path.abspath(spec.name)), "etcd-node-cache")
-            os.makedirs(cache_dir, mode=0o755, exist_ok=True)  # as Samba's lock directory
-            self._node = NodeCache(cache_dir, db_base, self._migrate_in, spec.mode)
+        #: revision of this volatile database's last CLEAR_IF_FIRST wipe
+        self.wipe_revision = 0
         if not spec.persistent:
             self._process()  # a volatile database may need wiping now, before anyone reads it
 
@@ -210,30 +181,28 @@ class EtcdAdapter(Adapter):
 
     def _register_opener(self, session: _Session) -> None:
         """Put our opener key; wipe first if nobody else has the database open."""
-        key = self._openers_prefix + self._owner
+        k = self.keys
+        key = k.openers_prefix + self._owner
         deadline = self._deadline()
         lease_id = session.lease(deadline, self._count)
         put_opener = {"request_put": {"key": _b64(key), "lease": str(lease_id)}}
-        delete_locks = {"request_delete_range": {"key": _b64(self._locks_prefix),
-                                                 "range_end": _b64(_prefix_end(self._locks_prefix))}}
+        # nobody has it open, so the only locks and claims are nodes' ownerships
+        wipes = [{"request_delete_range": {"key": _b64(p), "range_end": _b64(prefix_end(p))}}
+                 for p in (k.data_prefix, k.locks_prefix, k.buckets_prefix, k.detached_prefix)]
         reply = self._txn_call(
             {
-                "compare": [self._compare_create(self._openers_prefix, 0, range_end=_prefix_end(self._openers_prefix))],
-                # nobody has it open, so the only lock keys are nodes' ownerships
-                "success": [self._delete_range_op(), delete_locks, self._bump_op(),
-                            {"request_put": {"key": _b64(self._wipe_key)}}, put_opener],
-                "failure": [put_opener, self._range_op(self._wipe_key)],
+                "compare": [self._compare_create(k.openers_prefix, 0, range_end=prefix_end(k.openers_prefix))],
+                "success": [*wipes, self._bump_op(), {"request_put": {"key": _b64(k.wiped)}}, put_opener],
+                "failure": [put_opener, self._range_op(k.wiped)],
             },
             deadline,
             idempotent=True,
         )
-        if self._node is not None:
-            if reply.get("succeeded"):
-                wiped = int(reply["header"]["revision"])
-            else:
-                kvs = reply["responses"][1].get("response_range", {}).get("kvs")
-                wiped = int(kvs[0]["mod_revision"]) if kvs else 0
-            self._node.wipe_revision = wiped
+        if reply.get("succeeded"):
+            self.wipe_revision = int(reply["header"]["revision"])
+        else:
+            wiped = first_kv(reply["responses"][1])
+            self.wipe_revision = int(wiped["mod_revision"]) if wiped else 0
         self._opener_key = key
         session.add_opener(key)
 
@@ -258,10 +227,11 @@ class EtcdAdapter(Adapter):
         return compare
 
     def _bump_op(self) -> dict[str, Any]:
-        return {"request_put": {"key": _b64(self._seq_key)}}
+        return {"request_put": {"key": _b64(self.keys.seq)}}
 
     def _delete_range_op(self) -> dict[str, Any]:
-        return {"request_delete_range": {"key": _b64(self._data), "range_end": _b64(self._data_end)}}
+        data = self.keys.data_prefix
+        return {"request_delete_range": {"key": _b64(data), "range_end": _b64(prefix_end(data))}}
 
     def _range_op(self, key: bytes) -> dict[str, Any]:
         return {"request_range": {"key": _b64(key)}}
@@ -273,92 +243,67 @@ class EtcdAdapter(Adapter):
 
     # -- records ------------------------------------------------------------
 
-    def _cache(self) -> NodeCache | None:
-        """The node cache, if configured and its agent's lease is live."""
-        node = self._node
-        return node if node is not None and node.live() else None
-
     def get(self, key: bytes) -> bytes | None:
-        node = self._node
-        if node is not None:
-            try:
-                return node.get(key)
-            except NotLive:
-                pass  # no agent: etcd's copy, or the owning node's
-        return self._get_etcd(key)
-
-    def _get_etcd(self, key: bytes) -> bytes | None:
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key]
         if self.spec.persistent or key in self._held:
             return self._read_data(key)
         # volatile: a node may own the record, and then its copy is the newer
-        lock_key = self._locks_prefix + key
+        k = self.keys
         reply = self._txn_call(
             {
-                "compare": [self._compare_create(lock_key, 0)],
-                "success": [self._range_op(self._data + key)],
-                "failure": [self._range_op(lock_key), self._range_op(self._data + key)],
+                "compare": [self._compare_create(k.lock(key), 0),
+                            self._compare_create(k.bucket(bucket_of(key)), 0)],
+                "success": [self._range_op(k.data(key))],
+                "failure": [self._range_op(k.lock(key)), self._range_op(k.bucket(bucket_of(key))),
+                            self._range_op(k.detached(key)), self._range_op(k.data(key))],
             },
             self._deadline(),
             idempotent=True,
         )
         responses = reply.get("responses", [])
-        if not reply.get("succeeded"):
-            holder = responses[0].get("response_range", {}).get("kvs")
-            if holder and marker_node(_unb64(holder[0].get("value"))) is not None:
-                self._process()
-                value, revision = self._take_lock(key, True, self._owner, node_lease=0)
-                self._release_lock_key(lock_key, revision)
-                return value
+        if not reply.get("succeeded") and self._node_owned(responses):
+            self._process()
+            value, revision = self._take_lock(key, True)
+            self._release_lock_key(k.lock(key), revision)
+            return value
         return self._first_value(responses[-1])
 
+    @staticmethod
+    def _node_owned(responses: list[Mapping[str, Any]]) -> bool:
+        """From a failed read's [lock, bucket, detached, ...] ranges: does a node own it?"""
+        holder, claim, detached = (first_kv(responses[i]) for i in range(3))
+        if holder is not None:
+            return marker_node(_unb64(holder.get("value"))) is not None
+        return claim is not None and detached is None
+
     def _read_data(self, key: bytes) -> bytes | None:
-        reply = self._call("/v3/kv/range", {"key": _b64(self._data + key)}, self._deadline(), idempotent=True)
+        reply = self._call("/v3/kv/range", {"key": _b64(self.keys.data(key))}, self._deadline(), idempotent=True)
         kvs = reply.get("kvs")
         return _unb64(kvs[0].get("value")) if kvs else None
 
     def exists(self, key: bytes) -> bool:
-        node = self._node
-        if node is not None:
-            try:
-                return node.get(key) is not None
-            except NotLive:
-                pass
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key] is not None
         if not self.spec.persistent:
-            return self._get_etcd(key) is not None
-        body = {"key": _b64(self._data + key), "count_only": True}
+            return self.get(key) is not None
+        body = {"key": _b64(self.keys.data(key)), "count_only": True}
         reply = self._call("/v3/kv/range", body, self._deadline(), idempotent=True)
         return int(reply.get("count", 0)) > 0
 
     def lock(self, key: bytes) -> None:
-        self._lock(key, read=False)
+        self._acquire(key, read=False)
 
     def lock_get(self, key: bytes) -> bytes | None:
-        return self._lock(key, read=True)
-
-    def _lock(self, key: bytes, read: bool) -> bytes | None:
-        node = self._node
-        if node is not None:
-            try:
-                return node.lock_get(key)  # local: reading costs nothing more
-            except NotLive:
-                pass  # no live agent: lock in etcd
-        return self._acquire(key, read)
+        return self._acquire(key, read=True)
 
     def unlock(self, key: bytes) -> None:
-        node = self._node
-        if node is not None and key in node.held:
-            node.unlock(key)
-            return
         revision = self._held.pop(key, 0)
         if revision <= 0:
             return  # taken under our transaction lock, or already lost
-        self._release_lock_key(self._locks_prefix + key, revision)
+        self._release_lock_key(self.keys.lock(key), revision)
 
     def _release_lock_key(self, lock_key: bytes, revision: int) -> None:
         try:
@@ -374,30 +319,22 @@ class EtcdAdapter(Adapter):
             pass  # the lease takes the lock key with it; nothing to undo
 
     def put(self, key: bytes, value: bytes) -> None:
-        node = self._node
-        if node is not None and key in node.held:
-            node.put(key, value)
-            return
         if self._txn is not None:
             self._txn.writes[key] = bytes(value)
             return
-        self._fenced_write(key, [{"request_put": {"key": _b64(self._data + key), "value": _b64(value)}}])
+        self._fenced_write(key, [{"request_put": {"key": _b64(self.keys.data(key)), "value": _b64(value)}}])
 
     def remove(self, key: bytes) -> bool:
-        node = self._node
-        if node is not None and key in node.held:
-            return node.remove(key)
         if self._txn is not None:
             existed = self.exists(key)
             self._txn.writes[key] = None
             return existed
         reply = self._fenced_write(
-            key, [{"request_delete_range": {"key": _b64(self._data + key)}}], idempotent=False
+            key, [{"request_delete_range": {"key": _b64(self.keys.data(key))}}], idempotent=False
         )
         return int(reply["responses"][0]["response_delete_range"].get("deleted", 0)) > 0
 
     def put_unlock(self, key: bytes, value: bytes) -> None:
-        # keys held through the node cache are never in _held either
         if self._txn is not None or self._held.get(key, 0) <= 0:
             try:
                 self.put(key, value)
@@ -405,12 +342,12 @@ class EtcdAdapter(Adapter):
                 self.unlock(key)
             return
         revision = self._held.pop(key)
-        lock_key = self._locks_prefix + key
+        lock_key = self.keys.lock(key)
         reply = self._txn_call(
             {
                 "compare": [self._compare_create(lock_key, revision)],
                 "success": [
-                    {"request_put": {"key": _b64(self._data + key), "value": _b64(value)}},
+                    {"request_put": {"key": _b64(self.keys.data(key)), "value": _b64(value)}},
                     self._bump_op(),
                     {"request_delete_range": {"key": _b64(lock_key)}},
                 ],
@@ -432,7 +369,7 @@ class EtcdAdapter(Adapter):
             raise FencedOut(f"lost the lock on {key!r} (lease expired)")
         reply = self._txn_call(
             {
-                "compare": [self._compare_create(self._locks_prefix + key, revision)],
+                "compare": [self._compare_create(self.keys.lock(key), revision)],
                 "success": [*ops, self._bump_op()],
             },
             self._deadline(),
@@ -448,74 +385,87 @@ class EtcdAdapter(Adapter):
         if self._txn is not None:
             # our transaction lock already excludes every other writer
             self._held[key] = -1
-            return self._get_etcd(key) if read else None
+            return self.get(key) if read else None
         self._process()  # sets self._owner in a new process
-        value, self._held[key] = self._take_lock(key, read, self._owner, node_lease=0)
+        value, self._held[key] = self._take_lock(key, read)
         return value
 
-    def _migrate_in(self, key: bytes, lease_id: int, marker: bytes) -> tuple[bytes | None, int]:
-        """Take ``key``'s lock key for this node (the node cache's migration)."""
-        return self._take_lock(key, True, marker, node_lease=lease_id)
-
-    def _take_lock(self, key: bytes, read: bool, holder_value: bytes, node_lease: int) -> tuple[bytes | None, int]:
-        """Create the lock key with ``holder_value``, on our process lease or on
-        ``node_lease``; return (the record if ``read``, the key's create_revision)."""
+    def _take_lock(self, key: bytes, read: bool) -> tuple[bytes | None, int]:
+        """Create the lock key on our process lease; return (the record if
+        ``read``, the key's create_revision). Waits while another process
+        holds it; a node that owns the record (by its lock key or its
+        bucket) is asked to hand it over first."""
         session = self._process()
-        lock_key = self._locks_prefix + key
+        k = self.keys
+        lock_key = k.lock(key)
         deadline = self._deadline()
+        detached_revision = 0
+        asked: bytes | None = None
         while True:
-            lease_id = node_lease or session.lease(deadline, self._count)
+            lease_id = session.lease(deadline, self._count)
             compare = [self._compare_create(lock_key, 0)]
             failure = [self._range_op(lock_key)]
             if self.spec.persistent:  # a running transaction excludes record lockers
-                compare.append(self._compare_create(self._txn_key, 0))
-                failure.append(self._range_op(self._txn_key))
+                compare.append(self._compare_create(k.txn, 0))
+                failure.append(self._range_op(k.txn))
+            else:  # a node's claim on the bucket owns the record, unless it is detached
+                bucket = k.bucket(bucket_of(key))
+                compare.append(self._compare_create(k.detached(key), detached_revision) if detached_revision
+                               else self._compare_create(bucket, 0))
+                failure += [self._range_op(bucket), self._range_op(k.detached(key))]
             success: list[dict[str, Any]] = [
-                {"request_put": {"key": _b64(lock_key), "value": _b64(holder_value), "lease": str(lease_id)}}
+                {"request_put": {"key": _b64(lock_key), "value": _b64(self._owner), "lease": str(lease_id)}}
             ]
             if read:
-                success.append(self._range_op(self._data + key))
+                success.append(self._range_op(k.data(key)))
             try:
                 # a repeated request finds our own holder value: see below
                 reply = self._txn_call({"compare": compare, "success": success, "failure": failure}, deadline, True)
             except _LeaseGone:
-                if node_lease:
-                    raise FencedOut("the node agent's lease is gone") from None
                 session.lease_lost(lease_id)
                 continue
             responses = reply.get("responses", [])
             if reply.get("succeeded"):
                 revision = int(responses[0]["response_put"]["header"]["revision"])
                 return (self._first_value(responses[1]) if read else None), revision
-            holder = responses[0].get("response_range", {}).get("kvs")
-            holder_is = _unb64(holder[0].get("value")) if holder else b""
-            if holder and holder_is == holder_value:
-                # our earlier attempt was applied but its reply was lost, or
-                # (node cache) our node owns the record but has no local copy
-                revision = int(holder[0]["create_revision"])
-                try:
-                    return (self._read_data(key) if read else None), revision
-                except BaseException:
-                    if not node_lease:
+            holder = first_kv(responses[0])
+            if holder is not None:
+                holder_is = _unb64(holder.get("value"))
+                if holder_is == self._owner:  # our earlier attempt was applied, its reply lost
+                    revision = int(holder["create_revision"])
+                    try:
+                        return (self._read_data(key) if read else None), revision
+                    except BaseException:
                         self._release_lock_key(lock_key, revision)
-                    raise
-            owner_node = marker_node(holder_is)
-            request: Callable[[], None] | None = None
-            if owner_node is not None:  # sent once the watch is in place
-                request = functools.partial(self._request_release, owner_node, lock_key, session, deadline)
-            blocker = lock_key if holder else self._txn_key
-            self._wait_deleted(blocker, int(reply["header"]["revision"]) + 1, deadline, request)
+                        raise
+                owner = marker_node(holder_is)
+                ask = None
+                if owner is not None and owner != asked:  # sent once the watch is in place
+                    ask = functools.partial(self._request_release, owner, key, session, deadline)
+                    asked = owner
+                self._wait_deleted(lock_key, int(reply["header"]["revision"]) + 1, deadline, ask)
+            elif self.spec.persistent:
+                self._wait_deleted(k.txn, int(reply["header"]["revision"]) + 1, deadline)
+            else:
+                claim, detached = first_kv(responses[1]), first_kv(responses[2])
+                detached_revision = int(detached["create_revision"]) if detached is not None else 0
+                owner = marker_node(_unb64(claim.get("value"))) if claim is not None else None
+                if detached is None and owner is not None:
+                    if owner != asked:
+                        self._request_release(owner, key, session, deadline)
+                        asked = owner
+                    time.sleep(0.002)  # until the node detaches the key from its bucket
             if time.monotonic() >= deadline:
                 raise Timeout(f"record lock on {key!r} not granted within {self.config.op_timeout:g} s")
 
-    def _request_release(self, node: bytes, lock_key: bytes, session: _Session, deadline: float) -> None:
-        """Ask ``node``'s agent to write the record back and let its lock key go."""
-        request = request_prefix(self._prefix, node) + lock_key
+    def _request_release(self, node: bytes, key: bytes, session: _Session, deadline: float) -> None:
+        """Ask ``node``'s agent to write the record back and give it up."""
         lease_id = session.lease(deadline, self._count)
+        body = {"key": _b64(request(self.keys.prefix, node, self.keys.db, key)), "lease": str(lease_id)}
         try:
-            self._call("/v3/kv/put", {"key": _b64(request), "lease": str(lease_id)}, deadline, idempotent=True)
+            self._call("/v3/kv/put", body, deadline, idempotent=True)
         except _LeaseGone:
-            session.lease_lost(lease_id)  # the wait below, and the next loop, go on
+            session.lease_lost(lease_id)  # the wait, and the next loop, go on
 
     def _wait_deleted(
         self, key: bytes, start_revision: int, deadline: float, once_watching: Callable[[], None] | None = None
@@ -562,10 +512,6 @@ class EtcdAdapter(Adapter):
     # -- scans --------------------------------------------------------------
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
-        node = self._cache()
-        if node is not None:
-            yield from self._scan_with_cache(node)
-            return
         txn = self._txn
         if txn is None:
             yield from self._scan_etcd()
@@ -582,16 +528,6 @@ class EtcdAdapter(Adapter):
             if newer is not None:
                 yield key, newer
 
-    def _scan_with_cache(self, node: NodeCache) -> Iterator[tuple[bytes, bytes]]:
-        """etcd's records, where this node owns one its own copy instead."""
-        owned = dict(node.owned())
-        for key, value in self._scan_etcd():
-            if key not in owned:
-                yield key, value
-        for key, newer in owned.items():
-            if newer is not None:
-                yield key, newer
-
     def _scan_etcd(self) -> Iterator[tuple[bytes, bytes]]:
         """Paged range reads pinned to the first page's revision.
 
@@ -599,13 +535,13 @@ class EtcdAdapter(Adapter):
         at the current revision: like a tdb traverse, it then sees concurrent
         writes, but still every key once.
         """
-        start = self._data
+        data = self.keys.data_prefix
+        start = data
         revision = 0
-        skip = len(self._data)
         while True:
             body: dict[str, Any] = {
                 "key": _b64(start),
-                "range_end": _b64(self._data_end),
+                "range_end": _b64(prefix_end(data)),
                 "limit": str(self.page_size),
             }
             if revision:
@@ -619,8 +555,7 @@ class EtcdAdapter(Adapter):
                 revision = int(reply["header"]["revision"])
             kvs = reply.get("kvs", [])
             for kv in kvs:
-                key = _unb64(kv["key"])
-                yield key[skip:], _unb64(kv.get("value"))
+                yield self.keys.record_key(_unb64(kv["key"]), data), _unb64(kv.get("value"))
             if not reply.get("more") or not kvs:
                 return
             start = _unb64(kvs[-1]["key"]) + b"\0"
@@ -628,10 +563,7 @@ class EtcdAdapter(Adapter):
     # -- database-wide ------------------------------------------------------
 
     def seqnum(self) -> int:
-        node = self._cache()
-        if node is not None:
-            return node.seqnum()
-        reply = self._call("/v3/kv/range", {"key": _b64(self._seq_key)}, self._deadline(), idempotent=True)
+        reply = self._call("/v3/kv/range", {"key": _b64(self.keys.seq)}, self._deadline(), idempotent=True)
         kvs = reply.get("kvs")
         return int(kvs[0]["mod_revision"]) if kvs else 0
 
@@ -641,22 +573,21 @@ class EtcdAdapter(Adapter):
                 self._txn.writes[key] = None
             return
         self._txn_call({"success": [self._delete_range_op(), self._bump_op()]}, self._deadline(), idempotent=True)
-        if self._node is not None:
-            self._node.wipe()
 
     def check(self) -> None:
         """Every record readable, and every lock key on a lease (else it would never go)."""
         for _ in self._scan_etcd():
             pass
-        for prefix in (self._locks_prefix, self._openers_prefix):
-            body = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix)), "keys_only": True}
+        for prefix in (self.keys.locks_prefix, self.keys.openers_prefix, self.keys.buckets_prefix,
+                       self.keys.detached_prefix):
+            body = {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix)), "keys_only": True}
             reply = self._call("/v3/kv/range", body, self._deadline(), idempotent=True)
             for kv in reply.get("kvs", []):
                 if int(kv.get("lease", 0)) == 0:
                     raise Corruption(f"{_unb64(kv['key'])!r} has no lease and would never be released")
 
     def db_id(self) -> bytes:
-        return self.base
+        return self.keys.base
 
     # -- transactions -------------------------------------------------------
 
@@ -667,13 +598,13 @@ class EtcdAdapter(Adapter):
         deadline = self._deadline()
         while True:
             lease_id = session.lease(deadline, self._count)
-            put = {"request_put": {"key": _b64(self._txn_key), "value": _b64(self._owner), "lease": str(lease_id)}}
+            put = {"request_put": {"key": _b64(self.keys.txn), "value": _b64(self._owner), "lease": str(lease_id)}}
             try:
                 reply = self._txn_call(
                     {
-                        "compare": [self._compare_create(self._txn_key, 0)],
+                        "compare": [self._compare_create(self.keys.txn, 0)],
                         "success": [put],
-                        "failure": [self._range_op(self._txn_key)],
+                        "failure": [self._range_op(self.keys.txn)],
                     },
                     deadline,
                     idempotent=True,
@@ -691,7 +622,7 @@ class EtcdAdapter(Adapter):
                 break
             if nonblock:
                 raise LockConflict("another process holds the transaction lock")
-            self._wait_deleted(self._txn_key, int(reply["header"]["revision"]) + 1, deadline)
+            self._wait_deleted(self.keys.txn, int(reply["header"]["revision"]) + 1, deadline)
             if time.monotonic() >= deadline:
                 raise Timeout(f"transaction lock not granted within {self.config.op_timeout:g} s")
         try:
@@ -703,7 +634,8 @@ class EtcdAdapter(Adapter):
 
     def _wait_for_record_lockers(self, deadline: float, nonblock: bool) -> None:
         """Wait until no other process holds a record lock (none can take one now)."""
-        body = {"key": _b64(self._locks_prefix), "range_end": _b64(_prefix_end(self._locks_prefix))}
+        locks = self.keys.locks_prefix
+        body = {"key": _b64(locks), "range_end": _b64(prefix_end(locks))}
         pause = 0.001
         while True:
             reply = self._call("/v3/kv/range", body, deadline, idempotent=True)
@@ -723,17 +655,17 @@ class EtcdAdapter(Adapter):
         self._txn = None
         ops: list[dict[str, Any]] = []
         for key, value in txn.writes.items():
-            data_key = _b64(self._data + key)
+            data_key = _b64(self.keys.data(key))
             if value is None:
                 ops.append({"request_delete_range": {"key": data_key}})
             else:
                 ops.append({"request_put": {"key": data_key, "value": _b64(value)}})
         if ops:
             ops.append(self._bump_op())
-        ops.append({"request_delete_range": {"key": _b64(self._txn_key)}})
+        ops.append({"request_delete_range": {"key": _b64(self.keys.txn)}})
         try:
             reply = self._txn_call(
-                {"compare": [self._compare_create(self._txn_key, txn.revision)], "success": ops},
+                {"compare": [self._compare_create(self.keys.txn, txn.revision)], "success": ops},
                 self._deadline(),
                 idempotent=False,
             )
@@ -754,8 +686,8 @@ class EtcdAdapter(Adapter):
         try:
             self._txn_call(
                 {
-                    "compare": [self._compare_create(self._txn_key, revision)],
-                    "success": [{"request_delete_range": {"key": _b64(self._txn_key)}}],
+                    "compare": [self._compare_create(self.keys.txn, revision)],
+                    "success": [{"request_delete_range": {"key": _b64(self.keys.txn)}}],
                 },
                 self._deadline(),
                 idempotent=True,
@@ -772,8 +704,6 @@ class EtcdAdapter(Adapter):
         self._held.clear()
         self._txn = None
         self._opener_key = None
-        if self._node is not None:
-            self._node.after_fork()
 
     def close(self) -> None:
         if self._closed:
@@ -793,25 +723,14 @@ class EtcdAdapter(Adapter):
                     del _sessions[self.config]
         self._closed = True
         self._session = None
-        if self._node is not None:
-            self._node.close()
 
     # -- for the conformance suite and the benchmarks -------------------------
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
-        """lock_release_seconds follows the configured lease_ttl; with the
-        node cache, a dead process's locks are local chainlocks, gone at once."""
-        parsed = Options(dict(options))
-        ttl = parsed.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
-        caps = dataclasses.replace(cls.capabilities, lock_release_seconds=ttl + LESSOR_TICK)
-        if parsed.get_bool("node_cache", False):
-            caps = dataclasses.replace(caps, lock_release_seconds=0.0, notes=(
-                *caps.notes,
-                "node_cache: volatile databases live on the node that uses them (migrated like ctdb's); "
-                "a dead node agent's unwritten-back records are lost after lease_ttl",
-            ))
-        return caps
+        """lock_release_seconds follows the configured lease_ttl."""
+        ttl = Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
+        return dataclasses.replace(cls.capabilities, lock_release_seconds=ttl + LESSOR_TICK)
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
@@ -819,20 +738,42 @@ class EtcdAdapter(Adapter):
             return None
         return _throwaway_etcd(options)
 
+    # -- the node cache (dbwrap_py.nodecache.protocol) ------------------------
+
+    @classmethod
+    def node_store(cls, options: Options) -> EtcdNodeStore:
+        """The node agent's connection (``dbwrap-py node-agent --adapter etcd``)."""
+        prefix = options.get_str("prefix", DEFAULT_PREFIX).strip("/").encode()
+        return EtcdNodeStore(_Config.from_options(options), prefix)
+
+    @property
+    def node_cache_id(self) -> bytes:
+        return self.keys.db
+
+    def ownership(self) -> EtcdOwnership:
+        """This database's ownership operations, on this process's connection."""
+        def call(path: str, body: Mapping[str, Any], idempotent: bool) -> dict[str, Any]:
+            return self._call(path, body, self._deadline(), idempotent)
+
+        return EtcdOwnership(call, self.keys, self.config.op_timeout)
+
 
 @contextmanager
 def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """A one-node etcd; with node_cache, a node agent on a temporary cache dir too."""
+    from dbwrap_py.nodecache.agent import NodeAgentProcess
+    from dbwrap_py.nodecache.adapter import node_cache_mode
     from dbwrap_py.servers.etcd import EtcdCluster
-    from dbwrap_py.servers.etcd_agent import NodeAgentProcess
 
     with EtcdCluster(nodes=1) as cluster:
         reach = {"endpoints": cluster.endpoints}
-        if not Options(dict(options)).get_bool("node_cache", False) or options.get("node_cache_dir"):
+        parsed = Options(dict(options))
+        if node_cache_mode(parsed) is None or options.get("node_cache_dir"):
             yield reach
             return
-        agent_options = {k: v for k, v in options.items() if k in NodeAgentProcess.passed_options}
-        with NodeAgentProcess({**agent_options, **reach}) as agent:
+        agent_options = {k: v for k, v in options.items() if k in EtcdAdapter.option_names}
+        ttl = parsed.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
+        with NodeAgentProcess("etcd", {**agent_options, **reach}, ttl=ttl) as agent:
             yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 

@@ -9,7 +9,7 @@
                                            copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py etcd [--nodes 1|3]             a throwaway etcd on 127.0.0.1 until Ctrl-C
-  dbwrap-py etcd-agent --cache-dir D ...   the etcd node agent (for node_cache = yes), until SIGTERM
+  dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py soak [--points N]              etcd node cache: path-contention points until one fails
@@ -530,8 +530,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM ends a command like Ctrl-C does, so every smbd it started is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["etcd-agent"]:  # its own options and signals: SIGTERM drains it
-        from dbwrap_py.servers.etcd_agent import main as agent_main
+    if argv[:1] == ["node-agent"]:  # its own options and signals: SIGTERM drains it
+        from dbwrap_py.nodecache.agent import main as agent_main
 
         return agent_main(argv[1:])
     args = build_parser().parse_args(argv)

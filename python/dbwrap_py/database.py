@@ -12,6 +12,9 @@ import weakref
 from collections.abc import Iterator, Sequence
 
 from dbwrap_py.adapter import Adapter, DatabaseSpec
+from dbwrap_py.nodecache.adapter import OPTION_NAMES as NODE_CACHE_OPTIONS
+from dbwrap_py.nodecache.adapter import CachedAdapter, node_cache_mode, supports_node_cache
+from dbwrap_py.nodecache.adapter import cache_dir as node_cache_dir
 from dbwrap_py.errors import (
     AdapterContractError,
     ConfigError,
@@ -270,8 +273,13 @@ def open_database(
     spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags)
     parsed = Options.parse(options)
     cls = find_adapter(adapter_name)
+    cached = supports_node_cache(cls)
     try:  # before the adapter exists, so a typo cannot create or wipe anything
-        parsed.declare(cls.option_names)
+        parsed.declare(cls.option_names + (NODE_CACHE_OPTIONS if cached else ()))
+        cache_mode = node_cache_mode(parsed) if cached else None
     except ConfigError as exc:
         raise ConfigError(f"adapter {adapter_name!r}: {exc}") from None
-    return Database(cls(spec, parsed))
+    adapter = cls(spec, parsed)
+    if cache_mode is not None and not spec.persistent:
+        adapter = CachedAdapter(adapter, cache_mode, node_cache_dir(parsed, name))
+    return Database(adapter)

@@ -118,14 +118,15 @@ def _backtraces(pids: Sequence[int]) -> list[str]:
 def soak(points: int, nprocs: Sequence[int], seconds: int, options: Mapping[str, str],
          after_failure: int = 2, say: Callable[[str], None] = print) -> SoakResult:
     """Up to ``points`` points on etcd with the node cache; stop at the first failure."""
+    from dbwrap_py.adapters.etcd import EtcdAdapter
+    from dbwrap_py.nodecache.agent import NodeAgentProcess
     from dbwrap_py.servers.etcd import EtcdCluster
-    from dbwrap_py.servers.etcd_agent import NodeAgentProcess
 
     result = SoakResult()
     with EtcdCluster(nodes=1) as cluster:
         reach = {**options, "endpoints": cluster.endpoints}
-        agent_options = {k: v for k, v in reach.items() if k in NodeAgentProcess.passed_options}
-        with NodeAgentProcess(agent_options) as agent:
+        agent_options = {k: v for k, v in reach.items() if k in EtcdAdapter.option_names}
+        with NodeAgentProcess("etcd", agent_options) as agent:
             adapter_options = {**reach, "node_cache": "yes", "node_cache_dir": str(agent.cache_dir)}
             with ThrowawaySamba(setup_for("bridge", "etcd", adapter_options)) as samba:
                 for index in range(points):

@@ -467,7 +467,7 @@ def test_wipe_and_check(etcd, name):
     db.wipe()
     assert list(db.traverse(False)) == []
     db.check()
-    stuck = db.adapter.base + b"l/stuck"  # a lock key without a lease would never go away
+    stuck = db.adapter.keys.lock(b"stuck")  # a lock key without a lease would never go away
     raw_call(etcd.endpoints, "/v3/kv/put", {"key": b64(stuck), "value": b64(b"x")})
     with pytest.raises(Corruption):
         db.check()

@@ -112,7 +112,8 @@ def stored_keys(cluster: EtcdCluster, db: Database) -> set[bytes]:
         "/v3/kv/range",
         {"key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode(), "keys_only": True},
     )
-    return {base64.b64decode(kv["key"])[len(prefix):] for kv in reply.get("kvs", [])}
+    # d/<bucket>/<key>: the bucket's two hex digits and a slash come first
+    return {base64.b64decode(kv["key"])[len(prefix) + 3:] for kv in reply.get("kvs", [])}
 
 
 def refused_at_once(exc_type: type[Exception], fn: Any) -> str:

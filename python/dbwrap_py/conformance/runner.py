@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dbwrap_py.adapter import Capabilities
 from dbwrap_py.errors import ConfigError
+from dbwrap_py.nodecache.adapter import declared_capabilities
 from dbwrap_py.paths import build_dir
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.servers import ServerError, backend_options
@@ -126,7 +127,7 @@ def run_suite(
                 options = stack.enter_context(backend_options(adapter, options))
             except ServerError as exc:
                 return _all_skipped(adapter, only, f"needs a server, and none could be started: {exc}")
-            caps = find_adapter(adapter).declared_capabilities(options)
+            caps = declared_capabilities(find_adapter(adapter), options)
             args += [f"--adapter={adapter}", *_capability_args(caps)]
             args += [f"--option={k}={v}" for k, v in options.items()]
         proc = subprocess.run(args, capture_output=True, text=True, env=env,

@@ -1,0 +1,293 @@
+"""The etcd adapter's side of the node cache (dbwrap_py.nodecache.protocol).
+
+A node owns a record while it holds the record's lock key, valued
+``node:<name>:<lease>`` on its node lease, or while it holds the record's
+bucket (``b/<bb>`` on the node lease) and the key is not detached
+(``x/<bb>/<key>``). Tokens are create_revisions; every write-back compares
+the key that holds the ownership with its token, in the same transaction.
+Leases are etcd's: the server ends them, no clock on a node decides.
+Release requests are keys under the owner's ``_nodes/<node>/r/``, watched by
+its agent.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from dbwrap_py.adapters._etcd_client import _b64, _Config, _Transport, _unb64
+from dbwrap_py.adapters._etcd_keys import (
+    DatabaseKeys,
+    marker_node,
+    node_marker,
+    parse_request,
+    prefix_end,
+    registration,
+    request,
+    requests_prefix,
+)
+from dbwrap_py.errors import LockConflict
+from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+
+#: (path, body, idempotent) -> the gateway's reply; the caller sets the deadline
+Call = Callable[[str, Mapping[str, Any], bool], dict[str, Any]]
+
+
+def compare_create(key: bytes, revision: int, range_end: bytes | None = None) -> dict[str, Any]:
+    compare = {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": str(revision)}
+    if range_end is not None:
+        compare["range_end"] = _b64(range_end)
+    return compare
+
+
+def compare_value(key: bytes, value: bytes) -> dict[str, Any]:
+    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+
+
+def range_op(key: bytes, range_end: bytes | None = None, keys_only: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": _b64(key)}
+    if range_end is not None:
+        body["range_end"] = _b64(range_end)
+    if keys_only:
+        body["keys_only"] = True
+    return {"request_range": body}
+
+
+def put_op(key: bytes, value: bytes = b"", lease: int = 0) -> dict[str, Any]:
+    body = {"key": _b64(key), "value": _b64(value)}
+    if lease:
+        body["lease"] = str(lease)
+    return {"request_put": body}
+
+
+def delete_op(key: bytes, range_end: bytes | None = None) -> dict[str, Any]:
+    body = {"key": _b64(key)}
+    if range_end is not None:
+        body["range_end"] = _b64(range_end)
+    return {"request_delete_range": body}
+
+
+def first_kv(response: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    kvs = response.get("response_range", {}).get("kvs")
+    return kvs[0] if kvs else None
+
+
+def first_value(response: Mapping[str, Any]) -> bytes | None:
+    kv = first_kv(response)
+    return _unb64(kv.get("value")) if kv is not None else None
+
+
+class EtcdOwnership(Ownership):
+    """One database's ownership operations, over ``call``."""
+
+    def __init__(self, call: Call, keys: DatabaseKeys, op_timeout: float) -> None:
+        self._call = call
+        self.keys = keys
+        self.op_timeout = op_timeout
+
+    def _txn(self, body: Mapping[str, Any], idempotent: bool = True) -> dict[str, Any]:
+        return self._call("/v3/kv/txn", body, idempotent)
+
+    def _value_ops(self, key: bytes, value: bytes | None) -> list[dict[str, Any]]:
+        data = self.keys.data(key)
+        return [delete_op(data) if value is None else put_op(data, value), put_op(self.keys.seq)]
+
+    def take(self, key: bytes, node: bytes, lease: int) -> Taken:
+        k = self.keys
+        marker = node_marker(node, lease)
+        bucket = k.bucket(bucket_of(key))
+        lock = k.lock(key)
+        reply = self._txn({
+            "compare": [compare_create(lock, 0), compare_create(bucket, 0)],
+            "success": [put_op(lock, marker, lease), range_op(k.data(key))],
+            "failure": [range_op(lock), range_op(bucket), range_op(k.detached(key)), range_op(k.data(key))],
+        })
+        responses = reply.get("responses", [])
+        if reply.get("succeeded"):
+            return Taken(first_value(responses[1]), int(responses[0]["response_put"]["header"]["revision"]))
+        holder, claim, detached = (first_kv(responses[i]) for i in range(3))
+        value = first_value(responses[3])
+        if holder is not None:
+            if _unb64(holder.get("value")) == marker:  # a taker of ours died before keeping it
+                return Taken(value, int(holder["create_revision"]))
+            raise OwnedElsewhere(marker_node(_unb64(holder.get("value"))), f"{key!r} is locked")
+        assert claim is not None
+        if detached is None:
+            if _unb64(claim.get("value")) == marker:
+                return Taken(value, int(claim["create_revision"]), via_bucket=True)
+            raise OwnedElsewhere(marker_node(_unb64(claim.get("value"))), f"{key!r}'s bucket is claimed")
+        # detached from its bucket: owned record by record
+        reply = self._txn({
+            "compare": [compare_create(lock, 0), compare_create(k.detached(key), int(detached["create_revision"]))],
+            "success": [put_op(lock, marker, lease), range_op(k.data(key))],
+        })
+        if not reply.get("succeeded"):
+            raise OwnedElsewhere(None, f"{key!r} changed hands; again")
+        responses = reply["responses"]
+        return Taken(first_value(responses[1]), int(responses[0]["response_put"]["header"]["revision"]))
+
+    def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
+        k = self.keys
+        locks, detached, data = k.bucket_locks(bucket), k.bucket_detached(bucket), k.bucket_data(bucket)
+        reply = self._txn({
+            "compare": [compare_create(k.bucket(bucket), 0),
+                        compare_create(locks, 0, prefix_end(locks)),
+                        compare_create(detached, 0, prefix_end(detached))],
+            "success": [put_op(k.bucket(bucket), node_marker(node, lease), lease),
+                        range_op(data, prefix_end(data))],
+        })
+        if not reply.get("succeeded"):
+            return None
+        responses = reply["responses"]
+        records = {k.record_key(_unb64(kv["key"]), k.data_prefix): _unb64(kv.get("value"))
+                   for kv in responses[1].get("response_range", {}).get("kvs", [])}
+        return Claim(int(responses[0]["response_put"]["header"]["revision"]), records)
+
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+        self._call("/v3/kv/put", {"key": _b64(request(self.keys.prefix, owner, self.keys.db, key)),
+                                  "lease": str(requester_lease)}, True)
+
+    def _fence(self, key: bytes, token: int, via_bucket: bool) -> dict[str, Any]:
+        held_by = self.keys.bucket(bucket_of(key)) if via_bucket else self.keys.lock(key)
+        return compare_create(held_by, token)
+
+    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                   node: bytes, lease: int) -> bool:
+        k = self.keys
+        done = delete_op(request(k.prefix, node, k.db, key))
+        end = put_op(k.detached(key), b"", lease) if via_bucket else delete_op(k.lock(key))
+        reply = self._txn({"compare": [self._fence(key, token, via_bucket)],
+                           "success": [*self._value_ops(key, value), end, done],
+                           "failure": [done]})
+        return bool(reply.get("succeeded"))
+
+    def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        reply = self._txn({"compare": [self._fence(key, token, via_bucket)],
+                           "success": self._value_ops(key, value)})
+        return bool(reply.get("succeeded"))
+
+    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
+        k = self.keys
+        done = delete_op(request(k.prefix, node, k.db, key))
+        self._txn({"compare": [compare_value(k.lock(key), node_marker(node, lease))],
+                   "success": [delete_op(k.lock(key)), done], "failure": [done]})
+
+    def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
+        k = self.keys
+        fence = compare_create(k.bucket(bucket), token)
+        ops = [op for key, value in records.items() for op in self._value_ops(key, value)[:1]]
+        ops += [put_op(k.seq)] if ops else []
+        chunk = 100  # under etcd's default --max-txn-ops of 128
+        for start in range(0, len(ops), chunk):
+            if not self._txn({"compare": [fence], "success": ops[start:start + chunk]}).get("succeeded"):
+                return False
+        detached = k.bucket_detached(bucket)
+        reply = self._txn({"compare": [fence], "success": [delete_op(detached, prefix_end(detached)),
+                                                           delete_op(k.bucket(bucket))]})
+        return bool(reply.get("succeeded"))
+
+    def owner(self, key: bytes) -> bytes | None:
+        k = self.keys
+        reply = self._txn({"success": [range_op(k.lock(key)), range_op(k.bucket(bucket_of(key))),
+                                       range_op(k.detached(key))]})
+        responses = reply.get("responses", [])
+        holder, claim, detached = (first_value(responses[i]) for i in range(3))
+        if holder is not None:
+            return marker_node(holder)
+        if claim is not None and detached is None:
+            return marker_node(claim)
+        return None
+
+
+class EtcdNodeStore(NodeStore):
+    """The node agent's connection to etcd."""
+
+    def __init__(self, config: _Config, prefix: bytes) -> None:
+        self.config = config
+        self.prefix = prefix
+        self._transport = _Transport(config)
+        self._keepalives = _Transport(config)  # its own thread
+        self._watch: Any = None
+
+    def _call(self, path: str, body: Mapping[str, Any], idempotent: bool = True,
+              transport: _Transport | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + self.config.op_timeout
+        return (transport or self._transport).call(path, body, deadline, idempotent)
+
+    def grant(self, node: bytes, ttl: float) -> NodeLease:
+        reply = self._call("/v3/lease/grant", {"TTL": str(int(ttl))})
+        lease = NodeLease(int(reply["ID"]), float(reply.get("TTL", ttl)))
+        key = registration(self.prefix, node)
+        deadline = time.monotonic() + ttl + self.config.op_timeout  # a dead predecessor's lease may linger
+        while True:
+            reply = self._call("/v3/kv/txn", {"compare": [compare_create(key, 0)],
+                                              "success": [put_op(key, b"agent", lease.id)]})
+            if reply.get("succeeded"):
+                return lease
+            if time.monotonic() >= deadline:
+                raise LockConflict(f"node name {node.decode()!r} is registered by a live agent")
+            time.sleep(0.2)
+
+    def keepalive(self, lease: NodeLease, timeout: float) -> float:
+        reply = self._keepalives.call("/v3/lease/keepalive", {"ID": str(lease.id)},
+                                      time.monotonic() + timeout, True)
+        return float(reply.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: NodeLease) -> None:
+        self._call("/v3/lease/revoke", {"ID": str(lease.id)})
+
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+        head = requests_prefix(self.prefix, node)
+        transport = _Transport(self.config)
+        try:
+            reply = self._call("/v3/kv/range", {"key": _b64(head), "range_end": _b64(prefix_end(head)),
+                                                "keys_only": True}, transport=transport)
+            for kv in reply.get("kvs", []):
+                parsed = parse_request(self.prefix, node, _unb64(kv["key"]))
+                if parsed is not None:
+                    yield parsed
+            body = {"create_request": {"key": _b64(head), "range_end": _b64(prefix_end(head)),
+                                       "start_revision": str(int(reply["header"]["revision"]) + 1),
+                                       "filters": ["NODELETE"]}}
+            conn = transport.open_stream("/v3/watch", body, time.monotonic() + self.config.op_timeout)
+            self._watch = conn
+            conn.settimeout(None)  # close() ends it
+            pending = b""
+            while not stop.is_set():
+                chunk = conn.read_chunk()
+                if not chunk:
+                    return
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    result = json.loads(line).get("result", {}) if line.strip() else {}
+                    for event in result.get("events", []):
+                        parsed = parse_request(self.prefix, node, _unb64(event["kv"]["key"]))
+                        if parsed is not None:
+                            yield parsed
+                    if result.get("canceled"):
+                        raise ConnectionError("watch canceled")
+        finally:
+            transport.close()
+
+    def done(self, node: bytes, db: bytes, key: bytes) -> None:
+        self._call("/v3/kv/deleterange", {"key": _b64(request(self.prefix, node, db, key))})
+
+    def database(self, db: bytes) -> EtcdOwnership:
+        return EtcdOwnership(lambda path, body, idempotent: self._call(path, body, idempotent),
+                             DatabaseKeys(self.prefix, db), self.config.op_timeout)
+
+    def close(self) -> None:
+        conn = self._watch
+        if conn is not None:
+            try:  # wakes the thread reading it; a plain close would wait for that read
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._transport.close()
+        self._keepalives.close()

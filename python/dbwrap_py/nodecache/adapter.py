@@ -1,0 +1,174 @@
+"""The node cache in front of an adapter: ``CachedAdapter``.
+
+``open_database`` puts one in front of an adapter that implements the
+protocol (``node_store``) when a volatile database is opened with
+``node_cache = write-back`` (or ``yes``) or ``write-through``. While an
+agent serves the node cache directory, every record operation goes through
+the node's cache; before the first agent started, and after one stopped
+having handed everything back, they go to the adapter directly. The adapter
+itself never branches on the cache.
+
+Options, read here and not by the adapter:
+
+* ``node_cache``: ``no`` (default), ``yes`` / ``write-back`` (stores stay on
+  the node until the record moves, as in ctdb), ``write-through`` (every
+  store reaches the backend before the unlock returns, so the record
+  survives the node);
+* ``node_cache_dir``: the node agent's directory (default: next to the
+  database, ``node-cache``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+
+from dbwrap_py.adapter import Adapter, Capabilities
+from dbwrap_py.errors import ConfigError
+from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache
+from dbwrap_py.options import Options
+
+OPTION_NAMES = ("node_cache", "node_cache_dir")
+_MODES = {"yes": WRITE_BACK, "true": WRITE_BACK, "on": WRITE_BACK, "1": WRITE_BACK,
+          WRITE_BACK: WRITE_BACK, WRITE_THROUGH: WRITE_THROUGH}
+_OFF = {"no", "false", "off", "0", ""}
+
+
+def supports_node_cache(cls: type[Adapter]) -> bool:
+    return getattr(cls, "node_store", None) is not None
+
+
+def node_cache_mode(options: Options) -> str | None:
+    """write-back, write-through, or None for no node cache."""
+    text = options.get_str("node_cache", "no").lower()
+    if text in _OFF:
+        return None
+    if text not in _MODES:
+        raise ConfigError(f"node_cache = {text!r}: use no, write-back (yes) or write-through")
+    return _MODES[text]
+
+
+def declared_capabilities(cls: type[Adapter], options: Mapping[str, str]) -> Capabilities:
+    """What ``cls`` declares for ``options``, with the node cache's part: a
+    cached database's record locks are local chainlocks, gone with their
+    holder at once (no lease to outlive, so nothing to fence)."""
+    caps = cls.declared_capabilities(options)
+    if not supports_node_cache(cls) or node_cache_mode(Options(dict(options))) is None:
+        return caps
+    mode = node_cache_mode(Options(dict(options)))
+    return dataclasses.replace(caps, lock_release_seconds=0.0, notes=(
+        *caps.notes, f"node_cache = {mode}: volatile databases live on the node that uses them "
+                     "(moved like ctdb's); their record locks are the node's local chainlocks"))
+
+
+def cache_dir(options: Options, database: str) -> str:
+    return options.get_str("node_cache_dir", "") or os.path.join(
+        os.path.dirname(os.path.abspath(database)), "node-cache")
+
+
+class CachedAdapter(Adapter):
+    """``inner``'s records on the node that uses them (see the module docstring)."""
+
+    def __init__(self, inner: Adapter, mode: str, directory: str) -> None:
+        super().__init__(inner.spec, inner.options)
+        self.inner = inner
+        os.makedirs(directory, mode=0o755, exist_ok=True)  # as Samba's lock directory
+        ownership = inner.ownership()
+        self.cache = NodeCache(directory, inner.node_cache_id, ownership, mode, inner.spec.mode,
+                               ownership.op_timeout)
+        self.cache.wipe_revision = inner.wipe_revision
+        self.capabilities = Capabilities(
+            transactions=False,
+            multi_process=inner.capabilities.multi_process,
+            lock_release_seconds=0.0,  # record locks are local chainlocks
+            max_value_size=inner.capabilities.max_value_size,
+            notes=(*inner.capabilities.notes,
+                   f"node_cache = {mode}: records live on the node that uses them (moved like ctdb's)"),
+        )
+
+    def _cached(self) -> NodeCache | None:
+        return self.cache if self.cache.agent_configured() else None
+
+    # -- records ----------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        cache = self._cached()
+        return cache.get(key) if cache is not None else self.inner.get(key)
+
+    def exists(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    def lock(self, key: bytes) -> None:
+        self.lock_get(key)
+
+    def lock_get(self, key: bytes) -> bytes | None:
+        cache = self._cached()
+        return cache.lock_get(key) if cache is not None else self.inner.lock_get(key)
+
+    def unlock(self, key: bytes) -> None:
+        if key in self.cache.held:
+            self.cache.unlock(key)
+        else:
+            self.inner.unlock(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if key in self.cache.held:
+            self.cache.put(key, value)
+        else:
+            self.inner.put(key, value)
+
+    def remove(self, key: bytes) -> bool:
+        if key in self.cache.held:
+            return self.cache.remove(key)
+        return self.inner.remove(key)
+
+    def put_unlock(self, key: bytes, value: bytes) -> None:
+        if key in self.cache.held:
+            try:
+                self.cache.put(key, value)
+            finally:
+                self.cache.unlock(key)
+        else:
+            self.inner.put_unlock(key, value)
+
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        """The store's records, where the node owns one its own copy instead.
+        Another node's records are as they were last written back."""
+        cache = self._cached()
+        if cache is None:
+            yield from self.inner.scan()
+            return
+        owned = dict(cache.owned())
+        for key, value in self.inner.scan():
+            if key not in owned:
+                yield key, value
+        for key, value in owned.items():
+            if value is not None:
+                yield key, value
+
+    # -- the database ---------------------------------------------------------------
+
+    def seqnum(self) -> int:
+        cache = self._cached()
+        return cache.seqnum() if cache is not None else self.inner.seqnum()
+
+    def wipe(self) -> None:
+        self.inner.wipe()
+        self.cache.wipe()
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def db_id(self) -> bytes:
+        return self.inner.db_id()
+
+    def after_fork(self) -> None:
+        self.inner.after_fork()
+        self.cache.after_fork()
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            self.cache.close()

@@ -1,0 +1,359 @@
+"""The node agent: one per node, like ctdbd, for any adapter with the node cache.
+
+    dbwrap-py node-agent --adapter ADAPTER --cache-dir DIR [--node NAME] [-o K=V ...]
+
+It holds the node lease (everything the node owns is held on it) and
+publishes it to the node's processes in ``DIR/node.state``; serves release
+requests from other nodes; hands back the records the node's processes
+deleted, a few at a time; and on SIGTERM drains: processes take no new
+records, it hands everything back, then revokes the lease.
+
+A release request is served at once when no process of the node holds the
+record. When one does, the agent marks the record wanted in the state file
+and the process hands it over as it lets go: an agent that waited for the
+chainlock itself would seldom get it while smbd's processes keep taking it.
+Requests always go before the vacuum.
+
+``NodeAgentProcess`` runs one as a child process (tests, benchmarks, the
+throwaway servers of adapters), stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from dbwrap_py.errors import DbwrapError
+from dbwrap_py.nodecache.cache import NodeCache, local_files
+from dbwrap_py.nodecache.layout import VIA_BUCKET
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.state import NodeState, StateWriter
+from dbwrap_py.options import Options
+from dbwrap_py.servers import ServerError
+
+DEFAULT_TTL = 10
+#: how often the records the node's processes deleted are handed back, and
+#: how many in one go: requests wait at most for one slice
+VACUUM_SECONDS = 2.0
+VACUUM_SLICE = 64
+#: a request whose record is held locally is looked at again this often
+RETRY_SECONDS = 0.005
+NODE_NAME_CHARS = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def check_node_name(name: str) -> bytes:
+    raw = name.encode()
+    if not 1 <= len(raw) <= 64 or not set(raw) <= NODE_NAME_CHARS:
+        raise ServerError(f"node name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return raw
+
+
+def _log(text: str) -> None:
+    print(f"node-agent[{os.getpid()}]: {text}", file=sys.stderr, flush=True)
+
+
+class NodeAgent:
+    """The agent's work: ``start()``, then ``run()`` until ``stop()``."""
+
+    def __init__(self, store: NodeStore, cache_dir: str | Path, node: str,
+                 ttl: float = DEFAULT_TTL) -> None:
+        self.store = store
+        self.cache_dir = Path(cache_dir)
+        self.node = check_node_name(node)
+        self.ttl = ttl
+        self.margin = min(1.0, ttl / 4)
+        self.lease = NodeLease(0, ttl)
+        self.served = self.vacuumed = 0
+        self._stopping = threading.Event()
+        self._released = threading.Event()  # after the drain: keepalives end
+        self._mutex = threading.Lock()      # self.lease, between the keepalive thread and us
+        self._requests: queue.Queue[tuple[bytes, bytes]] = queue.Queue()
+        self._caches: dict[bytes, NodeCache] = {}
+        self._writer: StateWriter | None = None
+        self._lockfile = -1
+
+    # -- start and stop -----------------------------------------------------------
+
+    def start(self) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        self._lockfile = os.open(self.cache_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServerError(f"another node agent serves {self.cache_dir}") from None
+        self._writer = StateWriter(self.cache_dir, self.node)
+        self._grant()
+        threading.Thread(target=self._keepalive, name="keepalive", daemon=True).start()
+        threading.Thread(target=self._listen, name="requests", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _current(self) -> NodeLease:
+        with self._mutex:
+            return self.lease
+
+    def _grant(self) -> None:
+        sent = time.monotonic()
+        lease = self.store.grant(self.node, self.ttl)
+        with self._mutex:
+            self.lease = lease
+        assert self._writer is not None
+        self._writer.publish(lease.id, sent + lease.ttl - self.margin)
+        _log(f"node {self.node.decode()}, lease {lease.id:x}, ttl {lease.ttl:g} s, cache {self.cache_dir}")
+
+    def _keepalive(self) -> None:
+        interval = self.ttl / 3
+        while not self._released.wait(interval):  # through the drain too
+            lease = self._current()
+            sent = time.monotonic()
+            try:
+                ttl = self.store.keepalive(lease, interval)
+                if ttl > 0:
+                    assert self._writer is not None
+                    self._writer.publish(lease.id, sent + ttl - self.margin)
+                    interval = self.ttl / 3
+                elif not self._stopping.is_set():
+                    _log(f"lease {lease.id:x} expired: the node's records are void; a new lease")
+                    self._grant()
+            except (DbwrapError, OSError) as exc:
+                _log(f"keepalive: {exc}")
+                interval = max(0.05, self.ttl / 10)  # sooner while the store is away
+
+    def _listen(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                for request in self.store.requests(self.node, self._stopping):
+                    self._requests.put(request)
+            except (DbwrapError, OSError) as exc:
+                if not self._stopping.is_set():
+                    _log(f"requests: {exc}; again")
+                    time.sleep(0.1)
+
+    # -- the work -------------------------------------------------------------------
+
+    def run(self) -> None:
+        pending: dict[tuple[bytes, bytes], None] = {}  # held by a process of the node
+        next_vacuum = time.monotonic() + VACUUM_SECONDS
+        while not self._stopping.is_set():
+            try:
+                request = self._requests.get(timeout=RETRY_SECONDS if pending else 0.2)
+                pending[request] = None
+            except queue.Empty:
+                pass
+            for request in list(pending):
+                if self._serve(*request):
+                    del pending[request]
+            if not pending and time.monotonic() >= next_vacuum and self._requests.empty():
+                self._vacuum()
+                next_vacuum = time.monotonic() + VACUUM_SECONDS
+                assert self._writer is not None
+                self._writer.clear_dead()  # nothing is wanted now
+        self._drain()
+
+    def _cache_for(self, db_id: bytes) -> NodeCache | None:
+        cache = self._caches.get(db_id)
+        if cache is None:
+            if not local_files(self.cache_dir, db_id)[0].exists():
+                return None  # no process of this node opened that database
+            cache = self._caches[db_id] = NodeCache(self.cache_dir, db_id, self.store.database(db_id))
+        return cache
+
+    def _serve(self, db_id: bytes, key: bytes) -> bool:
+        """One release request; False while a process of the node holds the record."""
+        lease = self._current()
+        cache = self._cache_for(db_id)
+        try:
+            if cache is None:
+                self.store.database(db_id).let_go(key, self.node, lease.id)
+            elif not cache.serve_request(key, self.node, lease.id):
+                # a process holds it: it hands it over as it lets go, and
+                # the next try here finds it gone
+                assert self._writer is not None
+                self._writer.want(db_id, key)
+                return False
+        except (DbwrapError, OSError) as exc:
+            _log(f"release {key!r} of {db_id!r}: {exc}; again")
+            return False
+        assert self._writer is not None
+        self._writer.unwant(db_id, key)
+        self.served += 1
+        return True
+
+    def _local_caches(self) -> list[NodeCache]:
+        """Every database some process of this node opened through the cache."""
+        found = []
+        for path in sorted(self.cache_dir.glob("*.tdb")):
+            if path.name.endswith(".buckets.tdb"):
+                continue
+            cache = self._cache_for(path.name[:-len(".tdb")].encode("utf-8", "surrogateescape"))
+            if cache is not None:
+                found.append(cache)
+        return found
+
+    def _vacuum(self) -> None:
+        """Hand back a slice of the records the node's processes deleted."""
+        lease = self._current()
+        budget = VACUUM_SLICE
+        for cache in self._local_caches():
+            try:
+                for key, local in cache.local_records(lease.id):
+                    if budget <= 0 or not self._requests.empty():
+                        return
+                    if local.value is None and cache.hand_back(key, lease.id, self.node, wait=False,
+                                                               deleted_only=True):
+                        self.vacuumed += 1
+                        budget -= 1
+            except (DbwrapError, OSError) as exc:
+                _log(f"vacuum {cache.db_id!r}: {exc}")
+
+    # -- draining -------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Hand back everything the node owns, then give up the lease."""
+        assert self._writer is not None
+        lease = self._current()
+        self._writer.drain()  # processes take no new records; held ones finish
+        records = buckets = 0
+        for cache in self._local_caches():
+            try:
+                records += sum(cache.hand_back(key, lease.id, self.node, wait=True)
+                               for key, local in cache.local_records(lease.id)
+                               if not local.flags & VIA_BUCKET)
+                buckets += cache.release_buckets(lease.id)
+            except (DbwrapError, OSError) as exc:
+                _log(f"drain {cache.db_id!r}: {exc}")
+        self._released.set()
+        self._writer.remove()
+        try:
+            self.store.revoke(lease)
+        except DbwrapError as exc:
+            _log(f"revoke: {exc} (the lease expires by itself)")
+        for cache in self._caches.values():
+            cache.close()
+        self.store.close()
+        _log(f"stopped: {records} record(s) and {buckets} bucket(s) handed back; "
+             f"{self.served} release request(s) served; {self.vacuumed} deleted record(s) vacuumed")
+
+
+class NodeAgentProcess:
+    """``dbwrap-py node-agent`` as a child process, stopped by PID."""
+
+    def __init__(self, adapter: str, options: Mapping[str, str], cache_dir: str | Path | None = None,
+                 node: str = "node0", ttl: float | None = None) -> None:
+        self.adapter = adapter
+        self.options = dict(options)
+        self.node = node
+        self.ttl = ttl
+        self._own_dir = cache_dir is None
+        self.cache_dir = Path(cache_dir) if cache_dir else Path(tempfile.mkdtemp(prefix="dbwrap-py-node-"))
+        self.log = self.cache_dir / "agent.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> "NodeAgentProcess":
+        try:
+            self.start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self, timeout: float = 15.0) -> None:
+        from dbwrap_py.servers.etcd import _die_with_parent
+
+        self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        self.cache_dir.chmod(0o755)  # mkdtemp made it 0700; smbd's processes read it as the user
+        argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
+                "--cache-dir", str(self.cache_dir), "--node", self.node,
+                *([f"--ttl={self.ttl:g}"] if self.ttl else []),
+                *[f"-o{k}={v}" for k, v in self.options.items()]]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                            start_new_session=True, preexec_fn=_die_with_parent)
+        state = NodeState(self.cache_dir)
+        deadline = time.monotonic() + timeout
+        try:
+            while not state.current()[0] or state.agent_pid() != self.process.pid:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    tail = self.log.read_text(errors="replace")[-800:]
+                    raise ServerError(f"node agent did not come up: {tail}")
+                time.sleep(0.02)
+        finally:
+            state.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM drains (hands back everything the node owns); SIGKILL is a crash."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dbwrap-py node-agent",
+                                     description="the node agent of the node cache (node_cache = yes)")
+    parser.add_argument("--adapter", required=True, help="the adapter whose store the node uses")
+    parser.add_argument("--cache-dir", required=True, help="the databases' node_cache_dir")
+    parser.add_argument("--node", default=socket.gethostname().split(".")[0],
+                        help="this node's name, unique in the cluster (default: the host name)")
+    parser.add_argument("--ttl", type=float, default=DEFAULT_TTL,
+                        help="seconds the node lease lasts without a keepalive")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                        help="adapter option, as smb.conf gives it (endpoints, TLS, ...)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from dbwrap_py.nodecache.adapter import supports_node_cache
+    from dbwrap_py.registry import find_adapter
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cls = find_adapter(args.adapter)
+        if not supports_node_cache(cls):
+            raise ServerError(f"adapter {args.adapter!r} has no node cache (no node_store)")
+        options = Options.parse(args.option)
+        agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)
+        agent.start()
+    except (DbwrapError, OSError, ServerError) as exc:
+        print(f"dbwrap-py node-agent: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

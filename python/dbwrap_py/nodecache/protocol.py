@@ -1,0 +1,154 @@
+"""What an adapter implements to get the node cache: ``NodeStore`` and ``Ownership``.
+
+An adapter class offers the node cache by defining ``node_store(options)``,
+which returns a ``NodeStore`` on its backend. The node agent uses it for the
+node's lease and release requests; every process of the node uses it, through
+``NodeStore.database(db_id)``, to move records in and back out.
+
+Terms:
+
+* a *node* is named (1-64 letters, digits, ``.``, ``_``, ``-``) and unique in
+  the cluster; its agent holds one *node lease* at a time. Everything the node
+  owns is held on that lease, so it goes when the lease does: the store, not
+  a clock on the node, decides when that is.
+* a *token* is a number the store gives with each ownership (etcd: the
+  create_revision of the key that holds it); every write-back is fenced on it,
+  so a node that lost an ownership can never write through it.
+* a database's keys fall into ``BUCKETS`` *buckets* by hash (``layout.bucket``).
+  A node may claim a bucket while nobody holds a record lock in it and no key
+  of it was detached; it then owns every record of the bucket, learns the
+  bucket's records in the same round trip, and makes new records in it with no
+  round trip at all. A record of a node's bucket that another node asks for is
+  *detached*: written back and marked, and from then on owned record by record.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from dbwrap_py.errors import LockConflict
+
+
+@dataclass(frozen=True)
+class NodeLease:
+    id: int
+    #: seconds the store granted
+    ttl: float
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A record now owned by the node: its value (None: none) and token."""
+
+    value: bytes | None
+    token: int
+    #: owned through the node's claim on its bucket, not a record lock
+    via_bucket: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A bucket the node now holds: its token and every record in it."""
+
+    token: int
+    records: Mapping[bytes, bytes] = field(default_factory=dict)
+
+
+class OwnedElsewhere(LockConflict):
+    """Another node owns the record (``node``), or a process holds its lock (None)."""
+
+    def __init__(self, node: bytes | None, what: str) -> None:
+        super().__init__(what)
+        self.node = node
+
+
+class Ownership(abc.ABC):
+    """One database's records, moved between the store and the nodes."""
+
+    #: how long a process waits for a record another node hands over
+    op_timeout: float = 10.0
+
+    @abc.abstractmethod
+    def take(self, key: bytes, node: bytes, lease: int) -> Taken:
+        """Make ``node`` the owner of ``key`` and read it, in one round trip
+        where the store allows. Through the bucket when the node holds it and
+        the key is not detached; else with a record lock on ``lease``.
+        Raises OwnedElsewhere when another node or a process holds it."""
+
+    @abc.abstractmethod
+    def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
+        """Claim ``bucket`` for ``node`` if nobody holds a record lock in it
+        and none of its keys is detached; None if that cannot be."""
+
+    @abc.abstractmethod
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+        """Ask ``owner``'s agent to give ``key`` back; the request goes with
+        the requester's lease if it dies first."""
+
+    @abc.abstractmethod
+    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                   node: bytes, lease: int) -> bool:
+        """Store ``value`` (None: delete) and end the node's ownership of
+        ``key``, in one fenced step: a record lock is let go, a bucket's
+        record is detached (the mark held on ``lease``), and a release
+        request to ``node`` for it is removed. False if ``token`` no longer
+        holds (the node lost the ownership): nothing was written."""
+
+    @abc.abstractmethod
+    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
+        """A record lock ``node`` holds on ``lease`` with no local copy behind
+        it (its taker died before keeping one): let it go, the store's copy is
+        current; and remove a release request to ``node`` for it."""
+
+    @abc.abstractmethod
+    def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        """Store ``value`` (None: delete) and keep the ownership; fenced as
+        ``write_back``. For node_cache = write-through."""
+
+    @abc.abstractmethod
+    def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
+        """Write ``records`` back (None: delete) and let ``bucket`` go, fenced
+        on ``token``; a draining agent's last step for each bucket."""
+
+    @abc.abstractmethod
+    def owner(self, key: bytes) -> bytes | None:
+        """The node that owns ``key`` (by record lock or bucket), else None."""
+
+
+class NodeStore(abc.ABC):
+    """The node's side of a store: its lease, and the release requests to it."""
+
+    @abc.abstractmethod
+    def grant(self, node: bytes, ttl: float) -> NodeLease:
+        """A new lease for ``node``, and the node registered on it. Raises
+        LockConflict if a live agent has the name."""
+
+    @abc.abstractmethod
+    def keepalive(self, lease: NodeLease, timeout: float) -> float:
+        """Renew the lease: the seconds the store now grants, 0 if it is gone.
+        Gives up (raises) after ``timeout`` seconds: the agent tries again
+        soon, well before the lease it published would run out."""
+
+    @abc.abstractmethod
+    def revoke(self, lease: NodeLease) -> None:
+        """End the lease: what the node holds on it goes."""
+
+    @abc.abstractmethod
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+        """(database id, key) of each release request to ``node``: the ones
+        waiting, then each new one as it comes (watch where the store has one,
+        polling where it has not), until ``stop`` is set."""
+
+    @abc.abstractmethod
+    def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
+        """The request for ``key`` is served: remove it."""
+
+    @abc.abstractmethod
+    def database(self, db_id: bytes) -> Ownership:
+        """The ownership operations of one database (``db_id`` as the adapter names it)."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,318 @@
+"""The node cache (dbwrap_py.nodecache) on each adapter that implements its protocol.
+
+Two "nodes" on one host: two node agents, each with its own cache directory
+and node name, on one store. Processes are forked; a process is on node A or
+node B by the node_cache_dir it opens the database with.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.database import Database, open_database
+from dbwrap_py.errors import FencedOut
+from dbwrap_py.nodecache.agent import NodeAgentProcess
+
+from test_etcd import Child
+
+TTL = 2
+RW = os.O_RDWR | os.O_CREAT
+
+
+class EtcdBackend:
+    adapter = "etcd"
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+
+    def options(self) -> dict[str, str]:
+        return {"endpoints": self.cluster.endpoints, "lease_ttl": str(TTL), "op_timeout": "5"}
+
+    @staticmethod
+    def round_trips(db: Database) -> int:
+        inner = getattr(db.adapter, "inner", db.adapter)
+        return inner.round_trips
+
+    def holdings(self, node: bytes) -> int:
+        """Record locks, bucket claims and detached marks the node holds in etcd."""
+        import base64
+
+        from test_etcd import b64, raw_call
+
+        reply = raw_call(self.cluster.endpoints, "/v3/kv/range", {"key": b64(b"\0"), "range_end": b64(b"\0")})
+        mark = b"node:" + node + b":"
+        return sum(base64.b64decode(kv.get("value", "")).startswith(mark) for kv in reply.get("kvs", []))
+
+
+@contextmanager
+def etcd_backend() -> Iterator[EtcdBackend]:
+    from dbwrap_py.servers.etcd import EtcdCluster
+
+    with EtcdCluster(nodes=1) as cluster:
+        yield EtcdBackend(cluster)
+
+
+BACKENDS = {"etcd": etcd_backend}
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def backend(request):
+    with BACKENDS[request.param]() as backend:
+        yield backend
+
+
+@pytest.fixture
+def nodes(backend, tmp_path) -> Iterator[tuple[NodeAgentProcess, NodeAgentProcess]]:
+    with NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-a", node="a", ttl=TTL) as a, \
+            NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-b", node="b", ttl=TTL) as b:
+        yield a, b
+
+
+@pytest.fixture
+def name(tmp_path) -> str:
+    return str(tmp_path / "locking.tdb")
+
+
+def open_on(backend, node: NodeAgentProcess | Path | None, name: str, **options: str) -> Database:
+    """The volatile database on ``node`` (its cache directory), or direct for None."""
+    opts = {**backend.options(), **options}
+    if node is not None:
+        cache_dir = node.cache_dir if isinstance(node, NodeAgentProcess) else node
+        opts = {"node_cache": "yes", "node_cache_dir": str(cache_dir), **opts}
+    return open_database(name, 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, backend.adapter,
+                         [f"{k}={v}" for k, v in opts.items()])
+
+
+def put(db: Database, key: bytes, value: bytes) -> None:
+    db.lock(key)
+    db.unlock(key, value)
+
+
+def increment(db: Database, key: bytes) -> None:
+    value = db.lock(key)
+    db.unlock(key, str(int(value or b"0") + 1).encode())
+
+
+def test_an_owned_record_costs_no_round_trip(backend, nodes, name):
+    a, _ = nodes
+    db = open_on(backend, a, name)
+    increment(db, b"k")  # claims the record's bucket: one round trip
+    before = backend.round_trips(db)
+    for _ in range(100):
+        increment(db, b"k")
+    assert db.fetch(b"k") == b"101"
+    assert backend.round_trips(db) == before, "an owned record costs no round trip"
+    assert db.adapter.capabilities.lock_release_seconds == 0.0
+    db.close()
+
+
+def test_new_records_cost_no_round_trip_once_their_buckets_are_claimed(backend, nodes, name):
+    """smbXsrv_open_global makes a new key on every open: with the node's
+    buckets claimed, creating and deleting one is local."""
+    a, _ = nodes
+    db = open_on(backend, a, name)
+    for i in range(2000):  # every bucket gets claimed on the way
+        put(db, b"warm-%d" % i, b"x")
+    before = backend.round_trips(db)
+    for i in range(500):
+        key = b"open-%d" % i
+        put(db, key, b"handle")
+        db.lock(key)
+        db.delete(key)
+        db.unlock(key)
+    assert backend.round_trips(db) == before, "new records in the node's buckets cost no round trip"
+    db.close()
+
+
+def test_increments_from_two_nodes_are_never_lost(backend, nodes, name):
+    """Records move back and forth between the nodes; no write is lost."""
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"n", b"0")
+
+    def work(node: NodeAgentProcess):
+        def run(ch: Child) -> int:
+            mine = open_on(backend, node, name, op_timeout="20")
+            for _ in range(40):
+                increment(mine, b"n")
+            return 40
+        return run
+
+    children = [Child(work(node)) for node in (a, b, a, b)]
+    assert sum(child.result() for child in children) == 160
+    on_b = open_on(backend, b, name)
+    assert on_b.fetch(b"n") == b"160"
+    assert db.fetch(b"n") == b"160"
+    on_b.close()
+    db.close()
+
+
+def test_a_holder_hands_a_record_over_when_it_lets_go(backend, nodes, name):
+    """Node b asks for a record a process of node a holds: that process
+    hands it over as it unlocks, so b waits only for the lock hold."""
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"hot", b"1")
+    db.lock(b"hot")
+    waiter = Child(lambda ch: _timed_lock(open_on(backend, b, name), b"hot"))
+    time.sleep(1.0)
+    released = time.monotonic()
+    db.unlock(b"hot", b"2")
+    value, got_at = waiter.result()
+    assert value == b"2"
+    assert got_at - released < 0.5, f"node b got the record {got_at - released:.2f} s after the unlock"
+    db.close()
+
+
+def _timed_lock(db: Database, key: bytes) -> tuple[bytes | None, float]:
+    value = db.lock(key)
+    at = time.monotonic()
+    db.unlock(key)
+    return value, at
+
+
+def test_a_direct_process_and_a_cached_node_exclude_each_other(backend, nodes, name):
+    """Without the cache, a process still waits for a node's ownership and sees its writes."""
+    a, _ = nodes
+    cached = open_on(backend, a, name)
+    direct = open_on(backend, None, name)
+    increment(cached, b"k")
+    increment(direct, b"k")  # asks node a to hand the record back
+    increment(cached, b"k")  # moves it in again
+    assert direct.fetch(b"k") == b"3"
+    assert cached.fetch(b"k") == b"3"
+    direct.close()
+    cached.close()
+
+
+def test_a_stopped_agent_hands_everything_back(backend, nodes, name):
+    a, _ = nodes
+    db = open_on(backend, a, name)
+    for key in (b"x", b"y", b"z"):
+        put(db, key, key * 3)
+    db.lock(b"z")
+    db.delete(b"z")
+    db.unlock(b"z")
+    a.stop()  # SIGTERM: drain
+    direct = open_on(backend, None, name, op_timeout="0.5")
+    assert dict(direct.traverse(write=False)) == {b"x": b"xxx", b"y": b"yyy"}
+    assert backend.holdings(b"a") == 0, "the drain let go of every lock and claim"
+    # the process goes on without the cache
+    increment(db, b"n")
+    assert direct.fetch(b"n") == b"1"
+    direct.close()
+    db.close()
+
+
+def test_a_crashed_agent_fences_its_writers_and_frees_its_records(backend, nodes, name):
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"k", b"before")
+    db.lock(b"k")
+    a.stop(signal.SIGKILL)
+    crashed = time.monotonic()
+    on_b = open_on(backend, b, name, op_timeout=str(TTL + 5))
+    assert on_b.lock(b"k") is None, "node a never wrote it back: the store has no record"
+    freed = time.monotonic() - crashed
+    on_b.unlock(b"k", b"after")
+    print(f"a SIGKILLed node agent's records were free after {freed:.2f} s (lease TTL {TTL} s)")
+    assert freed <= TTL + 1.5
+    with pytest.raises(FencedOut):
+        db.store(b"k", b"stale", 1)  # the write node a's lease no longer covers
+    db.unlock(b"k")
+    assert on_b.fetch(b"k") == b"after"
+    on_b.close()
+    db.close()
+
+
+def test_write_through_survives_its_node(backend, nodes, name):
+    """A write-through store has reached the store when the unlock returns:
+    the other node reads it once the dead node's lease has run out."""
+    a, b = nodes
+
+    def write_and_die(ch: Child) -> None:
+        db = open_on(backend, a, name, node_cache="write-through")
+        put(db, b"durable", b"handle-state")
+        ch.send(("stored",))
+        time.sleep(60)  # killed here
+
+    writer = Child(write_and_die)
+    assert writer.recv() == ("stored",)
+    os.kill(writer.pid, signal.SIGKILL)
+    os.waitpid(writer.pid, 0)
+    a.stop(signal.SIGKILL)
+    on_b = open_on(backend, b, name, op_timeout=str(TTL + 5))
+    assert on_b.fetch(b"durable") == b"handle-state"
+    on_b.close()
+
+
+def test_write_back_is_lost_with_its_node(backend, nodes, name):
+    """The counterpart, as ctdb's volatile records: a write-back store made
+    on a node that dies is gone, and what the store had is what remains."""
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"volatile", b"v1")
+    a.stop(signal.SIGKILL)
+    on_b = open_on(backend, b, name, op_timeout=str(TTL + 5))
+    assert on_b.fetch(b"volatile") is None
+    on_b.close()
+    db.close()
+
+
+def test_without_an_agent_the_adapter_goes_to_the_store(backend, tmp_path, name):
+    db = open_on(backend, tmp_path / "no-agent", name)
+    before = backend.round_trips(db)
+    increment(db, b"k")
+    increment(db, b"k")
+    assert db.fetch(b"k") == b"2"
+    assert backend.round_trips(db) - before >= 3, "every operation went to the store"
+    db.close()
+
+
+def test_a_first_opener_wipe_voids_the_node_copies(backend, nodes, name):
+    a, _ = nodes
+    db = open_on(backend, a, name)
+    put(db, b"k", b"v")
+    db.close()  # nobody has it open now
+    again = open_on(backend, a, name)  # CLEAR_IF_FIRST: wiped
+    assert again.fetch(b"k") is None
+    assert list(again.traverse(write=False)) == []
+    again.close()
+
+
+def test_records_deleted_on_another_node_are_handed_back(backend, nodes, name):
+    """Keys node a's buckets hand to node b are b's record by record; when
+    b deletes them, its agent hands them back and lets its locks go."""
+    a, b = nodes
+    on_a = open_on(backend, a, name)
+    for i in range(10):
+        put(on_a, b"k-%d" % i, b"x")
+    on_b = open_on(backend, b, name)
+    for i in range(10):
+        key = b"k-%d" % i
+        on_b.lock(key)  # detached from a's bucket, locked for node b
+        on_b.delete(key)
+        on_b.unlock(key)
+    deadline = time.monotonic() + 10
+    while backend.holdings(b"b"):
+        assert time.monotonic() < deadline, "node b's agent never handed the deleted records back"
+        time.sleep(0.2)
+    assert list(on_a.traverse(write=False)) == []
+    on_b.close()
+    on_a.close()
+
+
+def test_agent_refuses_a_second_agent_on_one_cache_dir(backend, nodes):
+    a, _ = nodes
+    with pytest.raises(Exception, match="did not come up"):
+        with NodeAgentProcess(backend.adapter, backend.options(), a.cache_dir, node="c"):
+            pass
+    assert os.path.exists(a.cache_dir / "node.state"), "the running agent's state is untouched"

@@ -140,6 +140,7 @@ demo: all
 bench-bridge: all $(BENCH_BIN)
 	@mkdir -p $(RESULTS)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
+	$(VPY) -m dbwrap_py.cli bench instructions --json $(RESULTS)/bench-instructions.json
 
 # Every landed adapter against native tdb: SMB sweep, micro, memory (~10 min).
 bench: all $(MICRO_BIN)

@@ -18,7 +18,8 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
-BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/inproc_records.c \
+BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
+              c_bridge/errno_map.c c_bridge/transport_inproc.c c_bridge/inproc_python.c \
               c_bridge/inproc_native.c c_bridge/py_runtime.c c_bridge/log.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
@@ -43,7 +44,7 @@ deps:
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c \
-                   c_bridge/native_records.h | deps
+                   python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .
 	$(VPY) -m pip install -q -r tests/requirements.txt

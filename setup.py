@@ -17,6 +17,14 @@ tdb_records = Extension(
     libraries=["tdb"],
 )
 
+# the record rules (hold counts, usability), shared by Database and the C bridge
+records = Extension(
+    "dbwrap_py._records",
+    sources=["python/dbwrap_py/_records.c"],
+    include_dirs=["c_bridge"],  # records_api.h: the bridge's side of it
+    depends=["c_bridge/records_api.h"],
+)
+
 setup(
     name="dbwrap_py",
     version="0.1.0",
@@ -31,7 +39,7 @@ setup(
         "dbwrap_py.servers",
     ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
-    ext_modules=[tdb_records],
+    ext_modules=[records, tdb_records],
     entry_points={
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())

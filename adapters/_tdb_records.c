@@ -414,13 +414,14 @@ static uint32_t native_unlock(void *handle, TDB_DATA key,
 	return native_error(self, "tdb_chainunlock", why);
 }
 
-static uint32_t native_store(void *handle, TDB_DATA key, TDB_DATA value,
-			     struct dbwrap_py_native_why *why)
+static uint32_t native_storev(void *handle, TDB_DATA key, const TDB_DATA *dbufs,
+			      int num_dbufs, struct dbwrap_py_native_why *why)
 {
 	Records *self = handle;
 
-	if (self->tdb == NULL || tdb_store(self->tdb, key, value, TDB_REPLACE) != 0) {
-		return native_error(self, "tdb_store", why);
+	if (self->tdb == NULL ||
+	    tdb_storev(self->tdb, key, dbufs, num_dbufs, TDB_REPLACE) != 0) {
+		return native_error(self, "tdb_storev", why);
 	}
 	return 0;
 }
@@ -464,7 +465,7 @@ static const struct dbwrap_py_native_records native_ops = {
 	.fetch = native_fetch,
 	.lock_fetch = native_lock_fetch,
 	.unlock = native_unlock,
-	.store = native_store,
+	.storev = native_storev,
 	.delete_rec = native_delete,
 	.exists = native_exists,
 	.seqnum = native_seqnum,

@@ -163,7 +163,7 @@ def test_lock_is_released_when_the_read_after_it_fails():
     db = _open("dbwrap_py_fixtures.misbehaving", ["break=get:raise"])
     with pytest.raises(RuntimeError):
         db.lock(b"k")
-    assert db._held == {}
+    assert db.records.held(b"k") == 0
 
 
 # -- framework-derived semantics --------------------------------------------
@@ -171,9 +171,11 @@ def test_lock_is_released_when_the_read_after_it_fails():
 
 def test_locks_are_reentrant_per_process():
     calls = []
-    db = _open("memory")
-    db.adapter.lock = lambda key: calls.append(("lock", key))
-    db.adapter.unlock = lambda key: calls.append(("unlock", key))
+    adapter = _open("memory").adapter
+    # the record rules bind the adapter's methods when the database opens
+    adapter.lock = lambda key: calls.append(("lock", key))
+    adapter.unlock = lambda key: calls.append(("unlock", key))
+    db = Database(adapter)
     db.lock(b"k")
     db.lock(b"k")
     db.unlock(b"k")
@@ -212,13 +214,13 @@ def test_after_fork_runs_in_the_child_and_drops_held_locks():
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
-        ok = seen == [os.getpid()] and db._held == {}
+        ok = seen == [os.getpid()] and db.records.held(b"held") == 0
         os.write(write_end, b"1" if ok else b"0")
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read_end, 1) == b"1"
     assert seen == []  # not in the parent
-    assert db._held == {b"held": 1}
+    assert db.records.held(b"held") == 1
 
 
 def test_failing_after_fork_makes_the_child_report_unavailable():

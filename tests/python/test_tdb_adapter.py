@@ -720,7 +720,7 @@ def test_native_records_offered_and_switchable(path):
     try:
         capsule = native.adapter.native_records
         assert type(capsule).__name__ == "PyCapsule"
-        assert "dbwrap_py.native_records.v1" in repr(capsule)
+        assert "dbwrap_py.native_records.v2" in repr(capsule)
         assert not hasattr(python_path.adapter, "native_records")
     finally:
         python_path.close()

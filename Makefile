@@ -32,7 +32,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
+.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache demo bench bench-bridge bench-smb bench-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -96,12 +96,16 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
 # Everything but the long smbtorture comparisons (what test-fresh runs).
-test-fast: all test-c test-python test-conformance test-smb
+test-fast: all test-c test-memcheck test-python test-conformance test-smb
 
 test: test-fast test-torture test-torture-etcd test-torture-etcd-cache
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
+
+# The C suite and the do_locked value check under valgrind memcheck.
+test-memcheck: all
+	@scripts/memcheck.sh
 
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python

@@ -385,10 +385,10 @@ static enum result check_fencing(const struct target *t, const char *dir)
  * db_tdb_do_locked hands over a copy. A backend that passes its own memory
  * (tdb's mmap) fails here. The callback can only write its own record
  * (dbwrap's lock order forbids a second lock on the database), and does:
- * it deletes it, so its space goes back to tdb's free list; inserts a value
- * of the same size, which takes that space; then stores a large one, which
- * grows the file and moves the map. After each, it reads the value it was
- * handed again.
+ * it stores a large value, which grows the file and moves the map; deletes
+ * the record, so its space goes back to tdb's free list; and inserts a
+ * value of the first size, which takes that space. After each, it reads the
+ * value it was handed again.
  */
 #define HANDED_SIZE 300
 #define GROWN_SIZE (4 * 1024 * 1024)
@@ -432,14 +432,14 @@ static void handed_fn(struct db_record *rec, TDB_DATA value, void *private_data)
 	memcpy(state->copy, value.dptr, value.dsize);
 	memset(other, 'x', sizeof(other));
 	state->unchanged =
+		handed_write(state, dbwrap_record_store(rec, (TDB_DATA) { other, GROWN_SIZE },
+							TDB_MODIFY), "TDB_MODIFY") &&
+		handed_same(state, value, "a TDB_MODIFY that grew the file") &&
 		handed_write(state, dbwrap_record_delete(rec), "delete") &&
 		handed_same(state, value, "deleting the record") &&
 		handed_write(state, dbwrap_record_store(rec, (TDB_DATA) { other, HANDED_SIZE },
 							TDB_INSERT), "TDB_INSERT") &&
-		handed_same(state, value, "a same-size TDB_INSERT") &&
-		handed_write(state, dbwrap_record_store(rec, (TDB_DATA) { other, GROWN_SIZE },
-							TDB_MODIFY), "TDB_MODIFY") &&
-		handed_same(state, value, "a TDB_MODIFY that grew the file");
+		handed_same(state, value, "a same-size TDB_INSERT");
 }
 
 static enum result check_handed_value(const struct target *t, const char *dir)
@@ -464,9 +464,9 @@ static enum result check_handed_value(const struct target *t, const char *dir)
 	CHECK_STATUS(dbwrap_do_locked(db, key, handed_fn, &state), NT_STATUS_OK, "do_locked");
 	CHECK(state.unchanged, "%s", state.why);
 	CHECK_STATUS(dbwrap_fetch(db, mem, key, &value), NT_STATUS_OK, "fetch afterwards");
-	CHECK(value.dsize == GROWN_SIZE, "after do_locked the record has %zu bytes, expected %d",
-	      value.dsize, GROWN_SIZE);
-	MEASURED("unchanged after a delete, a same-size TDB_INSERT and a %d MiB TDB_MODIFY",
+	CHECK(value.dsize == HANDED_SIZE, "after do_locked the record has %zu bytes, expected %d",
+	      value.dsize, HANDED_SIZE);
+	MEASURED("unchanged after a %d MiB TDB_MODIFY, a delete and a same-size TDB_INSERT",
 		 GROWN_SIZE / (1024 * 1024));
 	talloc_free(mem);
 	return PASS;

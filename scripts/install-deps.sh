@@ -15,7 +15,7 @@ packages="
   python3 python3-dev python3-venv python3-tdb
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
-  etcd-server openssl
+  etcd-server openssl valgrind
   ca-certificates
 "
 # What each is for:
@@ -33,6 +33,8 @@ packages="
 #   smbclient                        smbclient, the tests' SMB client
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
+#   valgrind                         memcheck over the C suite (make test-memcheck),
+#                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS
 
 # A Go toolchain builds the linearizability checker; Debian's is enough

@@ -41,6 +41,7 @@ USED_FILES = [
     ("/usr/bin/tdbdump", "tdb adapter tests"),
     ("/usr/bin/etcd", "the throwaway etcd"),
     ("/usr/bin/openssl", "the etcd TLS tests"),
+    ("/usr/bin/valgrind", "make test-memcheck, make bench-bridge"),
     ("/usr/sbin/useradd", "ThrowawaySamba's unix user"),
     ("/usr/include/talloc.h", "the bridge"),
     ("/usr/include/tdb.h", "the bridge and the tdb adapter's C extension"),

@@ -44,5 +44,10 @@ setup(
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())
         "pytest11": ["dbwrap_py_conformance = dbwrap_py.conformance.pytest_plugin"],
+        # short names for dbwrap_py:module; a third-party package adds its own
+        "dbwrap_py.adapters": [
+            f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
+            for name in ("etcd", "memory", "sqlite", "sqlite_leased", "tdb")
+        ],
     },
 )

@@ -1,14 +1,15 @@
 /*
  * dbwrap_py._records: the record rules of one open database, in one place.
  *
- * Records(adapter) keeps what dbwrap asks of record operations that an
- * adapter need not do itself:
+ * Records(adapter, max_value_size=0) keeps what dbwrap asks of record
+ * operations that an adapter need not do itself:
  *   - re-entrant record locks within a process: the adapter's lock is taken
  *     with the first hold and released with the last (hold counts);
  *   - read-your-writes for the holder: a nested hold reads with get, and
  *     writes reach the adapter at once;
  *   - whether the database can still be used (closed, or after_fork failed);
- *   - type checks on the adapter's answers (AdapterContractError).
+ *   - type checks on the adapter's answers (AdapterContractError);
+ *   - the adapter's declared max_value_size (InvalidParameter).
  *
  * dbwrap_py.database.Database calls these methods from Python; the C bridge
  * calls the same functions through the `api` capsule (c_bridge/records_api.h)
@@ -33,9 +34,11 @@ typedef struct {
 	PyObject *adapter[A_COUNT];
 	PyObject *held;     /* dict: key -> hold count (positive int) */
 	PyObject *unusable; /* the exception to raise, or NULL while usable */
+	Py_ssize_t max_value_size; /* the adapter's declared limit; 0: none */
 } Records;
 
-static PyObject *contract_error; /* dbwrap_py.errors.AdapterContractError */
+static PyObject *contract_error;  /* dbwrap_py.errors.AdapterContractError */
+static PyObject *invalid_param;   /* dbwrap_py.errors.InvalidParameter */
 
 /* -- the rules --------------------------------------------------------------- */
 
@@ -45,6 +48,18 @@ static int check_usable(Records *self)
 		return 0;
 	}
 	PyErr_SetObject((PyObject *)Py_TYPE(self->unusable), self->unusable);
+	return -1;
+}
+
+/* A value the adapter declared it cannot store fails here, before it gets it. */
+static int check_size(Records *self, PyObject *value)
+{
+	if (self->max_value_size == 0 || PyBytes_GET_SIZE(value) <= self->max_value_size) {
+		return 0;
+	}
+	PyErr_Format(invalid_param, "a %zd-byte value is over the adapter's declared"
+		     " max_value_size of %zd bytes", PyBytes_GET_SIZE(value),
+		     self->max_value_size);
 	return -1;
 }
 
@@ -112,6 +127,18 @@ static PyObject *records_fetch_key(PyObject *obj, PyObject *key)
 	return checked_value(PyObject_CallOneArg(self->adapter[A_GET], key), "get");
 }
 
+/* The adapter's unlock, keeping the pending exception. */
+static void undo_lock(Records *self, PyObject *key)
+{
+	PyObject *type, *value, *traceback, *result;
+
+	PyErr_Fetch(&type, &value, &traceback);
+	result = PyObject_CallOneArg(self->adapter[A_UNLOCK], key);
+	Py_XDECREF(result);
+	PyErr_Clear();
+	PyErr_Restore(type, value, traceback);
+}
+
 static int records_unlock_key(PyObject *obj, PyObject *key, PyObject *write)
 {
 	Records *self = (Records *)obj;
@@ -119,6 +146,12 @@ static int records_unlock_key(PyObject *obj, PyObject *key, PyObject *write)
 	PyObject *result;
 
 	if (held < 0 || (held > 0 && set_hold_count(self, key, held - 1) != 0)) {
+		return -1;
+	}
+	if (write != NULL && check_size(self, write) != 0) {
+		if (held == 1) {
+			undo_lock(self, key); /* the lock goes even when the store cannot be made */
+		}
 		return -1;
 	}
 	if (write == NULL) {
@@ -144,18 +177,6 @@ static void undo_hold(Records *self, PyObject *key)
 	if (records_unlock_key((PyObject *)self, key, NULL) != 0) {
 		PyErr_Clear();
 	}
-	PyErr_Restore(type, value, traceback);
-}
-
-/* The adapter's unlock of a lock never counted, keeping the pending exception. */
-static void undo_lock(Records *self, PyObject *key)
-{
-	PyObject *type, *value, *traceback, *result;
-
-	PyErr_Fetch(&type, &value, &traceback);
-	result = PyObject_CallOneArg(self->adapter[A_UNLOCK], key);
-	Py_XDECREF(result);
-	PyErr_Clear();
 	PyErr_Restore(type, value, traceback);
 }
 
@@ -192,7 +213,7 @@ static int records_store_key(PyObject *obj, PyObject *key, PyObject *value)
 	Records *self = (Records *)obj;
 	PyObject *result;
 
-	if (check_usable(self) != 0) {
+	if (check_usable(self) != 0 || check_size(self, value) != 0) {
 		return -1;
 	}
 	result = call2(self->adapter[A_PUT], key, value);
@@ -317,11 +338,13 @@ static PyMethodDef records_methods[] = {
 static int records_init(Records *self, PyObject *args, PyObject *kwargs)
 {
 	PyObject *adapter;
+	Py_ssize_t max_value_size = 0;
 	int i;
 
-	if (!PyArg_ParseTuple(args, "O", &adapter)) {
+	if (!PyArg_ParseTuple(args, "O|n", &adapter, &max_value_size)) {
 		return -1;
 	}
+	self->max_value_size = max_value_size > 0 ? max_value_size : 0;
 	for (i = 0; i < A_COUNT; i++) {
 		PyObject *method = PyObject_GetAttrString(adapter, adapter_method_names[i]);
 
@@ -407,8 +430,9 @@ PyMODINIT_FUNC PyInit__records(void)
 		return NULL;
 	}
 	Py_XSETREF(contract_error, PyObject_GetAttrString(errors, "AdapterContractError"));
+	Py_XSETREF(invalid_param, PyObject_GetAttrString(errors, "InvalidParameter"));
 	Py_DECREF(errors);
-	if (contract_error == NULL) {
+	if (contract_error == NULL || invalid_param == NULL) {
 		return NULL;
 	}
 	m = PyModule_Create(&module);

@@ -36,7 +36,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
-from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _open(args: argparse.Namespace) -> Database:
 
 
 def _cmd_adapters(args: argparse.Namespace) -> int:
-    for name in builtin_names():
+    for name in adapter_names():
         try:
             caps = find_adapter(name).capabilities
         except DbwrapError as exc:

@@ -58,8 +58,10 @@ class Database:
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.spec = adapter.spec
+        #: what the adapter declares for the options it was opened with
+        self.capabilities = type(adapter).declared_capabilities(adapter.options)
         #: the record rules; the C bridge calls them too (c_bridge/records_api.h)
-        self.records = Records(adapter)
+        self.records = Records(adapter, self.capabilities.max_value_size or 0)
         self._txn_depth = 0
         self._txn_doomed = False
         self._closed = False
@@ -150,6 +152,8 @@ class Database:
     def transaction_start(self, nonblock: bool) -> None:
         """Nested starts only count, as in tdb; the adapter sees one level."""
         self._check_usable()
+        if not self.capabilities.transactions:
+            raise NotSupported(f"{type(self.adapter).__name__} declares no transactions")
         if not self.spec.persistent:
             raise NotSupported("transactions need a persistent database")
         if self._txn_depth == 0:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbwrap_py.registry import builtin_names
+from dbwrap_py.registry import adapter_names
 from dbwrap_py.samba import PERSISTENT_DATABASES, VOLATILE_DATABASES
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -30,4 +30,4 @@ def test_config_parses_and_routes_known_databases(path, tmp_path):
     known = {d.lower() for d in VOLATILE_DATABASES + PERSISTENT_DATABASES}
     assert routed <= known
     module = re.search(r"dbwrap_py:module = (\S+)", dumped).group(1)
-    assert module in builtin_names()
+    assert module in adapter_names()

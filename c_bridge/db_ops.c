@@ -71,21 +71,25 @@ static bool db_py_read_deferred(struct db_py_ctx *ctx, TDB_DATA key,
 
 /* -- record writes ------------------------------------------------------- */
 
+/* Before a write: none inside traverse_read, and a deferred store goes first. */
+static NTSTATUS db_py_before_write(struct db_py_ctx *ctx)
+{
+	if (ctx->traverse_read_depth > 0) {
+		return NT_STATUS_MEDIA_WRITE_PROTECTED;
+	}
+	return db_py_flush(ctx);
+}
+
 static NTSTATUS db_py_storev(struct db_record *rec, const TDB_DATA *dbufs,
 			     int num_dbufs, int flag)
 {
 	struct db_py_ctx *ctx = rec->private_data;
-	NTSTATUS status;
+	NTSTATUS status = db_py_before_write(ctx);
 
-	if (ctx->traverse_read_depth > 0) {
-		return NT_STATUS_MEDIA_WRITE_PROTECTED;
-	}
-	status = db_py_flush(ctx);
-	if (!NT_STATUS_IS_OK(status)) {
-		return status;
-	}
 	/* value_valid stays false: like tdb, we do not re-read after a store */
-	return ctx->records->storev(ctx->backend, rec->key, dbufs, num_dbufs, flag);
+	return NT_STATUS_IS_OK(status)
+		? ctx->records->storev(ctx->backend, rec->key, dbufs, num_dbufs, flag)
+		: status;
 }
 
 /* storev of a do_locked record, where the table defers: plain stores wait. */
@@ -108,16 +112,10 @@ static NTSTATUS db_py_deferring_storev(struct db_record *rec,
 static NTSTATUS db_py_delete_rec(struct db_record *rec)
 {
 	struct db_py_ctx *ctx = rec->private_data;
-	NTSTATUS status;
+	NTSTATUS status = db_py_before_write(ctx);
 
-	if (ctx->traverse_read_depth > 0) {
-		return NT_STATUS_MEDIA_WRITE_PROTECTED;
-	}
-	status = db_py_flush(ctx);
-	if (!NT_STATUS_IS_OK(status)) {
-		return status;
-	}
-	return ctx->records->delete_rec(ctx->backend, rec->key);
+	return NT_STATUS_IS_OK(status)
+		? ctx->records->delete_rec(ctx->backend, rec->key) : status;
 }
 
 static NTSTATUS db_py_write_protected_storev(struct db_record *rec,

@@ -1,6 +1,7 @@
 """Instructions per dbwrap call, counted by callgrind on build/bench_bridge.
 
-Wall time moves with the machine's load; instruction counts do not, so the
+Wall time moves with the machine's load; instruction counts do not (with
+a fixed hash seed and no address randomization they repeat exactly), so the
 bridge's per-call cost is compared in instructions. Each backend runs in a
 process of its own under ``valgrind --tool=callgrind``; the inclusive cost
 of each of bench_bridge's per-operation functions (and of Samba's
@@ -9,6 +10,8 @@ of each of bench_bridge's per-operation functions (and of Samba's
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -53,17 +56,25 @@ def count(binary: Path, backend: str, iterations: int) -> dict[str, float]:
         raise InstructionsError("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="dbwrap_py_callgrind.") as tmp:
         out = Path(tmp) / "callgrind.out"
+        # A fixed hash seed and no address randomization: the Python path's
+        # dict probing then repeats, and so does the count, to the instruction.
+        env = dict(os.environ, PYTHONHASHSEED="0")
         run = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary),
-             str(iterations), "-", backend], capture_output=True, text=True, timeout=1800)
+            ["setarch", platform.machine(), "-R", "valgrind", "--tool=callgrind",
+             f"--callgrind-out-file={out}", str(binary), str(iterations), "-", backend],
+            capture_output=True, text=True, timeout=1800, env=env)
         if run.returncode != 0 or not out.exists():
             raise InstructionsError(f"callgrind on {backend} failed ({run.returncode}):\n"
                                     + "\n".join(run.stderr.splitlines()[-20:]))
-        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)],
+        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                                    str(out)],
                                    capture_output=True, text=True, check=True).stdout
     costs = inclusive_costs(annotated)
+    missing = [f for f in OPERATIONS.values() if f not in costs]
+    if missing:
+        raise InstructionsError(f"callgrind_annotate listed no {', '.join(missing)} for {backend}")
     n = calls(iterations)
-    return {label: costs.get(function, 0) / n for label, function in OPERATIONS.items()}
+    return {label: costs[function] / n for label, function in OPERATIONS.items()}
 
 
 def measure(binary: Path, backends: Sequence[str] = BACKENDS,

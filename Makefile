@@ -43,7 +43,7 @@ deps:
 # installed editable, so the bridge always runs the checkout's code.
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c \
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .

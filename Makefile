@@ -39,8 +39,8 @@ all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_B
 deps:
 	@scripts/install-deps.sh
 
-# The venv sees Debian's python3-tdb (--system-site-packages); the package is
-# installed editable, so the bridge always runs the checkout's code.
+# The package is installed editable, so the bridge always runs the checkout's
+# code (and its C extensions, built in place).
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \

@@ -233,7 +233,7 @@ class TdbAdapter(TdbRecords, Adapter):
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         # one tdb_traverse_read, collected before the caller sees a record:
-        # TdbFile.scan says why
+        # adapters/_tdb_file.c (file_scan) says why
         return self._file().scan()
 
     def seqnum(self) -> int:

@@ -39,9 +39,12 @@ struct tdb_error_map {
 	uint32_t fallback_status;
 };
 
+typedef struct TdbRecords TdbRecords;
+
 typedef struct {
 	PyObject_HEAD
 	struct tdb_context *tdb; /* NULL once closed */
+	TdbRecords *users;       /* whose context to keep current (not counted) */
 	pid_t pid;               /* the process tdb was opened (or reopened) in */
 	char *name;              /* talloc'd; for a fresh open after fork */
 	int hash_size, tdb_flags, open_flags;
@@ -50,18 +53,18 @@ typedef struct {
 	struct tdb_error_map map;
 } TdbFile;
 
-typedef struct {
+struct TdbRecords {
 	PyObject_HEAD
 	/*
-	 * Where the record operations find their context: &file->tdb, or a
-	 * NULL context once closed. One load more than a context of its own,
-	 * and always the file's current one, even after a fresh reopen.
+	 * file->tdb, kept current by the file (tdb_file_attach): the hot path
+	 * reads it with one load. NULL once the adapter or its file is closed.
 	 */
-	struct tdb_context *const *tdb;
-	TdbFile *file;          /* the file they use; NULL once closed */
+	struct tdb_context *tdb;
+	TdbFile *file;          /* the file the record operations use; NULL once closed */
+	TdbRecords *next_user;  /* in file->users */
 	PyObject *closed_class; /* what a call raises once closed (from the last file) */
 	uint32_t closed_status; /* and what a native call returns */
-} TdbRecords;
+};
 
 extern PyTypeObject TdbFileType;
 extern PyTypeObject TdbRecordsType;
@@ -75,13 +78,17 @@ PyObject *tdb_raise(const struct tdb_error_map *map, struct tdb_context *tdb,
 		    const char *what);
 uint32_t tdb_error_status(const struct tdb_error_map *map, int code);
 
+/* _tdb_file.c: the TdbRecords whose context follows the file's */
+void tdb_file_attach(TdbFile *file, TdbRecords *user);
+void tdb_file_detach(TdbFile *file, TdbRecords *user);
+
 /* _tdb_native.c */
 PyObject *tdb_records_native_capsule(TdbRecords *self, PyObject *unused);
 
 /* The record operations' context: NULL once the adapter or its file is closed. */
 static inline struct tdb_context *tdb_records_tdb(const TdbRecords *self)
 {
-	return *self->tdb;
+	return self->tdb;
 }
 
 #endif /* DBWRAP_PY_ADAPTERS_TDB_H */

@@ -3,9 +3,9 @@
  *
  * tdb_open fails with EBUSY when a process opens one file twice, so the
  * adapter shares one TdbFile between the opens of a file (adapters/tdb.py
- * keeps that bookkeeping); the TdbRecords of each open read `tdb` here on
- * every call, so a reopen after fork, even into a new context, reaches them
- * all at once.
+ * keeps that bookkeeping). The TdbRecords of each open keep a copy of the
+ * context, for the hot path; the file sets them all whenever its context
+ * changes (a fresh open after fork, a close), so none is ever stale.
  *
  * Calls that may wait for another process (opening, transactions, wipe,
  * check, the traverse) release the GIL meanwhile, so the host's other
@@ -19,6 +19,38 @@
 #include <sys/stat.h>
 #include <talloc.h>
 #include <unistd.h>
+
+/* The file's context, and that of every TdbRecords using it. */
+static void file_set_tdb(TdbFile *self, struct tdb_context *tdb)
+{
+	TdbRecords *user;
+
+	self->tdb = tdb;
+	for (user = self->users; user != NULL; user = user->next_user) {
+		user->tdb = tdb;
+	}
+}
+
+void tdb_file_attach(TdbFile *file, TdbRecords *user)
+{
+	user->next_user = file->users;
+	file->users = user;
+	user->tdb = file->tdb;
+}
+
+void tdb_file_detach(TdbFile *file, TdbRecords *user)
+{
+	TdbRecords **p;
+
+	for (p = &file->users; *p != NULL; p = &(*p)->next_user) {
+		if (*p == user) {
+			*p = user->next_user;
+			break;
+		}
+	}
+	user->next_user = NULL;
+	user->tdb = NULL;
+}
 
 /* tdb_open with this file's parameters; 0, or -1 with OSError set. */
 static int file_open(TdbFile *self)
@@ -41,7 +73,7 @@ static int file_open(TdbFile *self)
 	if (self->seqnum_enabled) {
 		tdb_enable_seqnum(tdb);
 	}
-	self->tdb = tdb;
+	file_set_tdb(self, tdb);
 	self->pid = getpid();
 	return 0;
 }
@@ -78,8 +110,9 @@ static int file_init(TdbFile *self, PyObject *args, PyObject *kwargs)
 static void file_dealloc(TdbFile *self)
 {
 	/*
-	 * A context inherited over fork and never reopened is the parent's:
-	 * closing it here would cancel the parent's transaction on disk.
+	 * No TdbRecords uses the file now: each holds a reference. A context
+	 * inherited over fork and never reopened is the parent's: closing it
+	 * here would cancel the parent's transaction on disk.
 	 */
 	if (self->tdb != NULL && self->pid == getpid()) {
 		tdb_close(self->tdb);
@@ -100,9 +133,11 @@ static struct tdb_context *open_tdb(TdbFile *self, const char *what)
 
 static PyObject *file_close(TdbFile *self, PyObject *unused)
 {
-	if (self->tdb != NULL) {
-		tdb_close(self->tdb);
-		self->tdb = NULL;
+	struct tdb_context *tdb = self->tdb;
+
+	if (tdb != NULL) {
+		file_set_tdb(self, NULL);
+		tdb_close(tdb);
 	}
 	Py_RETURN_NONE;
 }
@@ -132,7 +167,7 @@ static PyObject *file_reopen_in_child(TdbFile *self, PyObject *unused)
 	 * transaction, and frees it; this process holds neither, so it opens
 	 * the file afresh.
 	 */
-	self->tdb = NULL;
+	file_set_tdb(self, NULL);
 	if (file_open(self) != 0) {
 		return NULL;
 	}

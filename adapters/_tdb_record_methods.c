@@ -17,9 +17,6 @@
 
 #include "_tdb.h"
 
-/* the context of a TdbRecords without a file */
-static struct tdb_context *const no_tdb = NULL;
-
 /* Raise "closed": the file's own error if it has one, else the last one's. */
 static PyObject *records_closed(TdbRecords *self, const char *what)
 {
@@ -272,6 +269,18 @@ static PyObject *records_get_file(TdbRecords *self, void *closure)
 	return file;
 }
 
+/* Stop using the file: its context is no longer ours to follow. */
+static void records_clear_file(TdbRecords *self)
+{
+	TdbFile *file = self->file;
+
+	if (file != NULL) {
+		tdb_file_detach(file, self);
+		self->file = NULL;
+		Py_DECREF(file);
+	}
+}
+
 /*
  * tdb_file = a TdbFile, or None once the adapter is closed: from then on
  * every call raises (and every native call returns) the last file's
@@ -283,8 +292,7 @@ static int records_set_file(TdbRecords *self, PyObject *value, void *closure)
 	PyObject *closed;
 
 	if (value == NULL || value == Py_None) {
-		self->tdb = &no_tdb;
-		Py_CLEAR(self->file);
+		records_clear_file(self);
 		return 0;
 	}
 	if (!PyObject_TypeCheck(value, &TdbFileType)) {
@@ -300,21 +308,11 @@ static int records_set_file(TdbRecords *self, PyObject *value, void *closure)
 	Py_INCREF(closed);
 	Py_XSETREF(self->closed_class, closed);
 	self->closed_status = file->map.closed_status;
+	records_clear_file(self);
 	Py_INCREF(value);
-	self->tdb = &file->tdb; /* before the old file may go */
-	Py_XSETREF(self->file, file);
+	self->file = file;
+	tdb_file_attach(file, self);
 	return 0;
-}
-
-static PyObject *records_new(PyTypeObject *type, PyObject *args,
-			     PyObject *kwargs)
-{
-	TdbRecords *self = (TdbRecords *)type->tp_alloc(type, 0);
-
-	if (self != NULL) {
-		self->tdb = &no_tdb; /* closed until it is given a file */
-	}
-	return (PyObject *)self;
 }
 
 static int records_traverse(TdbRecords *self, visitproc visit, void *arg)
@@ -326,8 +324,7 @@ static int records_traverse(TdbRecords *self, visitproc visit, void *arg)
 
 static int records_clear(TdbRecords *self)
 {
-	self->tdb = &no_tdb;
-	Py_CLEAR(self->file);
+	records_clear_file(self);
 	Py_CLEAR(self->closed_class);
 	return 0;
 }
@@ -371,7 +368,7 @@ PyTypeObject TdbRecordsType = {
 	.tp_basicsize = sizeof(TdbRecords),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "The tdb adapter's record operations, on the TdbFile in tdb_file.",
-	.tp_new = records_new,
+	.tp_new = PyType_GenericNew,
 	.tp_traverse = (traverseproc)records_traverse,
 	.tp_clear = (inquiry)records_clear,
 	.tp_dealloc = (destructor)records_dealloc,

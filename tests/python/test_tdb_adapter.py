@@ -752,6 +752,31 @@ def test_fork_while_parent_holds_a_lock(tmp_path, pipes):
     db.close()
 
 
+def test_every_open_of_the_file_follows_a_fresh_reopen(tmp_path):
+    """Two opens share one TdbFile; when the child must open it afresh (the
+    parent held a lock at fork), both opens use the new context."""
+    path = tmp_path / "shared.tdb"
+    first = open_tdb(path, hash_size=10007)
+    second = open_tdb(path)
+    put(first, b"k", b"v")
+    first.lock(b"held")
+
+    def child():
+        if second.fetch(b"k") != b"v" or first.fetch(b"k") != b"v":
+            return 1
+        put(second, b"from-child", b"1")
+        first.close()
+        return 0 if second.fetch(b"from-child") == b"1" else 2
+
+    try:
+        assert wait(fork(child)) == 0
+    finally:
+        first.unlock(b"held")
+    assert second.fetch(b"from-child") == b"1"
+    second.close()
+    first.close()
+
+
 def test_clear_if_first_survives_fork(tmp_path):
     """The child reopens with its own active lock: when the parent closes, the
     next opener is not 'first' while the child still has it open."""

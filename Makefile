@@ -39,11 +39,11 @@ all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_B
 deps:
 	@scripts/install-deps.sh
 
-# The venv sees Debian's python3-tdb (--system-site-packages); the package is
-# installed editable, so the bridge always runs the checkout's code.
+# The package is installed editable, so the bridge always runs the checkout's
+# code (and its C extensions, built in place).
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c \
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .

@@ -258,7 +258,7 @@ class NodeCache:
     """
 
     def __init__(self, cache_dir: str | Path, db_base: bytes, migrate_in, mode: int = 0o600) -> None:
-        # here, not at the top: a process without the cache never loads python3-tdb
+        # here, not at the top: a process without the cache never loads the tdb adapter
         from dbwrap_py.adapter import TDB_SEQNUM, DatabaseSpec
         from dbwrap_py.adapters.tdb import TdbAdapter
         from dbwrap_py.options import Options

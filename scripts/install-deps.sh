@@ -12,7 +12,7 @@ set -eu
 
 packages="
   build-essential pkg-config
-  python3 python3-dev python3-venv python3-tdb
+  python3 python3-dev python3-venv
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
   etcd-server openssl valgrind
@@ -22,8 +22,8 @@ packages="
 #   build-essential, pkg-config      the bridge, the preload library, the C tests
 #   python3, python3-dev             the interpreter the bridge embeds, and its headers
 #   python3-venv                     the .venv (pip and setuptools wheels)
-#   python3-tdb                      the tdb adapter's Python side
-#   libtalloc-dev, libtdb-dev        talloc and tdb headers for the bridge
+#   libtalloc-dev, libtdb-dev        talloc and tdb headers and libraries for the bridge
+#                                    and the tdb adapter's C extension
 #   tdb-tools                        tdbdump, tdbtool: reading tdb files in tests
 #   samba                            smbd, smbstatus, pdbedit, sharesec, and Samba's
 #                                    private libraries (libdbwrap-samba4, libsmbconf)

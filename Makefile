@@ -18,7 +18,8 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
-BRIDGE_SRC := c_bridge/db_ops.c c_bridge/transport_inproc.c c_bridge/inproc_records.c \
+BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
+              c_bridge/errno_map.c c_bridge/transport_inproc.c c_bridge/inproc_python.c \
               c_bridge/inproc_native.c c_bridge/py_runtime.c c_bridge/log.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
@@ -31,19 +32,19 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-fresh demo bench bench-bridge bench-smb bench-etcd soak-etcd clean
+.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-fresh demo bench bench-bridge bench-smb bench-etcd soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
 deps:
 	@scripts/install-deps.sh
 
-# The venv sees Debian's python3-tdb (--system-site-packages); the package is
-# installed editable, so the bridge always runs the checkout's code.
+# The package is installed editable, so the bridge always runs the checkout's
+# code (and its C extensions, built in place).
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt adapters/_tdb_records.c \
-                   c_bridge/native_records.h | deps
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
+                   python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .
 	$(VPY) -m pip install -q -r tests/requirements.txt
@@ -95,7 +96,7 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
 # Everything but the long smbtorture comparisons (what test-fresh runs).
-test-fast: all test-c test-python test-conformance test-smb
+test-fast: all test-c test-memcheck test-python test-conformance test-smb
 
 test: test-fast test-torture test-torture-etcd test-torture-etcd-cache
 
@@ -107,6 +108,10 @@ test-fresh:
 
 test-c: venv $(TEST_BIN)
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
+
+# The C suite and the do_locked value check under valgrind memcheck.
+test-memcheck: all
+	@scripts/memcheck.sh
 
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
@@ -146,6 +151,7 @@ demo: all
 bench-bridge: all $(BENCH_BIN)
 	@mkdir -p $(RESULTS)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
+	$(VPY) -m dbwrap_py.cli bench instructions --json $(RESULTS)/bench-instructions.json
 
 # Every landed adapter against native tdb: SMB sweep, micro, memory (~10 min).
 bench: all $(MICRO_BIN)

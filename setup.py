@@ -7,14 +7,24 @@ folder are installed as dbwrap_py.adapters, so that a short name such as
 
 from setuptools import Extension, setup
 
-# the tdb adapter's record operations in C (python3-tdb has no chainlocks,
-# and these run some twenty times per SMB2 open and close)
-tdb_records = Extension(
-    "dbwrap_py.adapters._tdb_records",
-    sources=["adapters/_tdb_records.c"],
+# the tdb adapter's one way into libtdb: TdbFile (one open tdb) and
+# TdbRecords (the adapter's record operations, some twenty per SMB2 open
+# and close, and the same for the bridge as native records)
+tdb = Extension(
+    "dbwrap_py.adapters._tdb",
+    sources=["adapters/_tdb.c", "adapters/_tdb_file.c", "adapters/_tdb_record_methods.c",
+             "adapters/_tdb_native.c"],
     include_dirs=["c_bridge"],  # native_records.h: the bridge's C interface
-    depends=["c_bridge/native_records.h"],
-    libraries=["tdb"],
+    depends=["adapters/_tdb.h", "c_bridge/native_records.h"],
+    libraries=["tdb", "talloc"],
+)
+
+# the record rules (hold counts, usability), shared by Database and the C bridge
+records = Extension(
+    "dbwrap_py._records",
+    sources=["python/dbwrap_py/_records.c"],
+    include_dirs=["c_bridge"],  # records_api.h: the bridge's side of it
+    depends=["c_bridge/records_api.h"],
 )
 
 setup(
@@ -31,10 +41,15 @@ setup(
         "dbwrap_py.servers",
     ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
-    ext_modules=[tdb_records],
+    ext_modules=[records, tdb],
     entry_points={
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())
         "pytest11": ["dbwrap_py_conformance = dbwrap_py.conformance.pytest_plugin"],
+        # short names for dbwrap_py:module; a third-party package adds its own
+        "dbwrap_py.adapters": [
+            f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
+            for name in ("etcd", "memory", "sqlite", "sqlite_leased", "tdb")
+        ],
     },
 )

@@ -6,45 +6,30 @@
  * the lock until they are freed; do_locked and traverse records live on the
  * stack for the duration of the callback.
  *
- * A plain store inside a do_locked callback is deferred: it is sent with the
- * unlock, which saves a crossing and shortens the time the lock is held
- * (g_lock does one such store per call). Until then this process reads it
- * back from here, and any other operation on the database writes it first,
- * so nobody can observe the difference except through do_locked's status,
- * which reports a failed deferred write.
+ * Record operations go to the table the transport chose at open
+ * (ctx->records); where that table asks for it, a plain store inside a
+ * do_locked callback waits for the unlock (deferred_store.h).
  */
 
 #include <errno.h>
 #include <string.h>
 
 #include "dbwrap_py.h"
+#include "deferred_store.h"
+#include "errno_map.h"
 #include "log.h"
 #include "transport.h"
 
-/* g_lock records are a few hundred bytes: keep those off the heap */
-#define DEFERRED_INLINE 512
-
-struct db_py_deferred {
-	TDB_DATA key;                  /* the do_locked key */
-	TDB_DATA value;                /* inline, or talloc'ed on the ctx */
-	bool pending;
-	struct db_py_deferred *outer;  /* an enclosing do_locked on this db */
-	uint8_t inline_buf[DEFERRED_INLINE];
-};
-
-static void db_py_deferred_clear(struct db_py_deferred *d)
-{
-	if (d->value.dptr != d->inline_buf) {
-		TALLOC_FREE(d->value.dptr);
-	}
-	d->value = tdb_null;
-	d->pending = false;
-}
+typedef NTSTATUS (*db_py_storev_fn)(struct db_record *rec, const TDB_DATA *dbufs,
+				    int num_dbufs, int flag);
 
 struct db_py_ctx {
-	struct db_py_deferred *deferred; /* the innermost do_locked, or NULL */
+	struct dbwrap_py_deferred *deferred; /* the innermost do_locked, or NULL */
 	const struct dbwrap_py_transport *transport;
+	const struct dbwrap_py_record_ops *records;
 	struct dbwrap_py_db *backend;
+	/* storev of a do_locked record: deferring or not, chosen at open */
+	db_py_storev_fn locked_storev;
 	const char *name;
 	/* writes are refused while a traverse_read runs, as in rbt */
 	unsigned traverse_read_depth;
@@ -59,25 +44,17 @@ static struct db_py_ctx *db_py_ctx(struct db_context *db)
 	return talloc_get_type_abort(db->private_data, struct db_py_ctx);
 }
 
-/* -- deferred do_locked stores -------------------------------------------- */
-
-static bool same_key(TDB_DATA a, TDB_DATA b)
-{
-	return a.dsize == b.dsize &&
-	       (a.dptr == b.dptr || memcmp(a.dptr, b.dptr, a.dsize) == 0);
-}
-
 /* Write the innermost deferred store now: before any other operation. */
 static NTSTATUS db_py_flush(struct db_py_ctx *ctx)
 {
-	struct db_py_deferred *d = ctx->deferred;
+	struct dbwrap_py_deferred *d = ctx->deferred;
 	NTSTATUS status;
 
 	if (d == NULL || !d->pending) {
 		return NT_STATUS_OK;
 	}
-	status = ctx->transport->storev(ctx->backend, d->key, &d->value, 1, 0);
-	db_py_deferred_clear(d);
+	status = ctx->records->storev(ctx->backend, d->key, &d->value, 1, 0);
+	dbwrap_py_deferred_clear(d);
 	return status;
 }
 
@@ -85,77 +62,48 @@ static NTSTATUS db_py_flush(struct db_py_ctx *ctx)
 static bool db_py_read_deferred(struct db_py_ctx *ctx, TDB_DATA key,
 				dbwrap_py_value_fn fn, void *private_data)
 {
-	struct db_py_deferred *d = ctx->deferred;
-
-	if (d == NULL || !d->pending || !same_key(d->key, key)) {
+	if (!dbwrap_py_deferred_covers(ctx->deferred, key)) {
 		return false;
 	}
-	fn(d->value, true, private_data);
+	fn(ctx->deferred->value, true, private_data);
 	return true;
 }
 
-static NTSTATUS db_py_defer(struct db_py_ctx *ctx, const TDB_DATA *dbufs,
-			    int num_dbufs)
-{
-	struct db_py_deferred *d = ctx->deferred;
-	size_t total = 0, off = 0;
-	uint8_t *buf;
-	int i;
-
-	for (i = 0; i < num_dbufs; i++) {
-		if (total + dbufs[i].dsize < total) {
-			return NT_STATUS_INSUFFICIENT_RESOURCES;
-		}
-		total += dbufs[i].dsize;
-	}
-	db_py_deferred_clear(d);
-	buf = (total <= sizeof(d->inline_buf)) ? d->inline_buf
-					       : talloc_size(ctx, total);
-	if (buf == NULL) {
-		return NT_STATUS_NO_MEMORY;
-	}
-	for (i = 0; i < num_dbufs; i++) {
-		if (dbufs[i].dsize != 0) {
-			memcpy(buf + off, dbufs[i].dptr, dbufs[i].dsize);
-			off += dbufs[i].dsize;
-		}
-	}
-	d->value = (TDB_DATA) { buf, total };
-	d->pending = true;
-	return NT_STATUS_OK;
-}
-
 /* -- record writes ------------------------------------------------------- */
+
+/* Before a write: none inside traverse_read, and a deferred store goes first. */
+static NTSTATUS db_py_before_write(struct db_py_ctx *ctx)
+{
+	if (ctx->traverse_read_depth > 0) {
+		return NT_STATUS_MEDIA_WRITE_PROTECTED;
+	}
+	return db_py_flush(ctx);
+}
 
 static NTSTATUS db_py_storev(struct db_record *rec, const TDB_DATA *dbufs,
 			     int num_dbufs, int flag)
 {
 	struct db_py_ctx *ctx = rec->private_data;
-	NTSTATUS status;
+	NTSTATUS status = db_py_before_write(ctx);
 
-	if (ctx->traverse_read_depth > 0) {
-		return NT_STATUS_MEDIA_WRITE_PROTECTED;
-	}
-	status = db_py_flush(ctx);
-	if (!NT_STATUS_IS_OK(status)) {
-		return status;
-	}
 	/* value_valid stays false: like tdb, we do not re-read after a store */
-	return ctx->transport->storev(ctx->backend, rec->key, dbufs, num_dbufs,
-				      flag);
+	return NT_STATUS_IS_OK(status)
+		? ctx->records->storev(ctx->backend, rec->key, dbufs, num_dbufs, flag)
+		: status;
 }
 
-/* storev of a do_locked record: plain stores wait for the unlock. */
-static NTSTATUS db_py_do_locked_storev(struct db_record *rec,
+/* storev of a do_locked record, where the table defers: plain stores wait. */
+static NTSTATUS db_py_deferring_storev(struct db_record *rec,
 				       const TDB_DATA *dbufs, int num_dbufs,
 				       int flag)
 {
 	struct db_py_ctx *ctx = rec->private_data;
+	struct dbwrap_py_deferred *d = ctx->deferred;
 	bool plain = (flag == 0 || flag == TDB_REPLACE);
 
-	if (ctx->traverse_read_depth == 0 && plain && ctx->deferred != NULL &&
-	    same_key(ctx->deferred->key, rec->key)) {
-		return db_py_defer(ctx, dbufs, num_dbufs);
+	if (ctx->traverse_read_depth == 0 && plain &&
+	    dbwrap_py_deferred_is_for(d, rec->key)) {
+		return dbwrap_py_deferred_set(d, dbufs, num_dbufs);
 	}
 	/* TDB_INSERT/TDB_MODIFY need the adapter's answer now */
 	return db_py_storev(rec, dbufs, num_dbufs, flag);
@@ -164,16 +112,10 @@ static NTSTATUS db_py_do_locked_storev(struct db_record *rec,
 static NTSTATUS db_py_delete_rec(struct db_record *rec)
 {
 	struct db_py_ctx *ctx = rec->private_data;
-	NTSTATUS status;
+	NTSTATUS status = db_py_before_write(ctx);
 
-	if (ctx->traverse_read_depth > 0) {
-		return NT_STATUS_MEDIA_WRITE_PROTECTED;
-	}
-	status = db_py_flush(ctx);
-	if (!NT_STATUS_IS_OK(status)) {
-		return status;
-	}
-	return ctx->transport->delete_rec(ctx->backend, rec->key);
+	return NT_STATUS_IS_OK(status)
+		? ctx->records->delete_rec(ctx->backend, rec->key) : status;
 }
 
 static NTSTATUS db_py_write_protected_storev(struct db_record *rec,
@@ -208,7 +150,7 @@ static int db_py_record_destructor(struct db_record *rec)
 {
 	struct db_py_ctx *ctx = rec->private_data;
 
-	ctx->transport->unlock(ctx->backend, rec->key);
+	ctx->records->unlock(ctx->backend, rec->key);
 	return 0;
 }
 
@@ -256,8 +198,8 @@ static struct db_record *db_py_fetch_locked(struct db_context *db,
 	}
 	state.rec = rec;
 
-	status = ctx->transport->lock(ctx->backend, rec->key, db_py_copy_value,
-				      &state);
+	status = ctx->records->lock(ctx->backend, rec->key, db_py_copy_value,
+				    &state);
 	if (!NT_STATUS_IS_OK(status)) {
 		TALLOC_FREE(rec);
 		return NULL;
@@ -279,7 +221,7 @@ struct db_py_do_locked_state {
 	TDB_DATA key;
 	dbwrap_do_locked_fn fn;
 	void *private_data;
-	struct db_py_deferred *deferred;
+	struct dbwrap_py_deferred *deferred;
 };
 
 static const TDB_DATA *db_py_do_locked_fn(TDB_DATA value, bool exists,
@@ -291,7 +233,7 @@ static const TDB_DATA *db_py_do_locked_fn(TDB_DATA value, bool exists,
 	/* dbwrap: "nobody shall assume it's set from within dbwrap_do_locked()" */
 	db_py_init_record(&rec, state->db, state->key, value, true);
 	rec.value_valid = false;
-	rec.storev = db_py_do_locked_storev;
+	rec.storev = db_py_ctx(state->db)->locked_storev;
 	state->fn(&rec, value, state->private_data);
 	/* the deferred store, if any, goes with the unlock */
 	return state->deferred->pending ? &state->deferred->value : NULL;
@@ -301,7 +243,7 @@ static NTSTATUS db_py_do_locked(struct db_context *db, TDB_DATA key,
 				dbwrap_do_locked_fn fn, void *private_data)
 {
 	struct db_py_ctx *ctx = db_py_ctx(db);
-	struct db_py_deferred deferred = { .key = key, .outer = ctx->deferred };
+	struct dbwrap_py_deferred deferred; /* not zeroed: see dbwrap_py_deferred_init */
 	struct db_py_do_locked_state state = {
 		.db = db, .key = key, .fn = fn, .private_data = private_data,
 		.deferred = &deferred,
@@ -312,12 +254,11 @@ static NTSTATUS db_py_do_locked(struct db_context *db, TDB_DATA key,
 	if (!NT_STATUS_IS_OK(status)) {
 		return status;
 	}
-	/* The value is passed without a copy; fn runs inside the locked scope. */
+	dbwrap_py_deferred_init(&deferred, key, ctx->deferred, ctx);
 	ctx->deferred = &deferred;
-	status = ctx->transport->locked(ctx->backend, key, db_py_do_locked_fn,
-					&state);
+	status = ctx->records->locked(ctx->backend, key, db_py_do_locked_fn, &state);
 	ctx->deferred = deferred.outer;
-	db_py_deferred_clear(&deferred);
+	dbwrap_py_deferred_clear(&deferred);
 	return status;
 }
 
@@ -350,8 +291,8 @@ static NTSTATUS db_py_parse_record(struct db_context *db, TDB_DATA key,
 	NTSTATUS status = NT_STATUS_OK;
 
 	if (!db_py_read_deferred(ctx, key, db_py_parse_fn, &state)) {
-		status = ctx->transport->fetch(ctx->backend, key,
-					       db_py_parse_fn, &state);
+		status = ctx->records->fetch(ctx->backend, key, db_py_parse_fn,
+					     &state);
 	}
 	if (!NT_STATUS_IS_OK(status)) {
 		return status;
@@ -371,7 +312,7 @@ static int db_py_exists(struct db_context *db, TDB_DATA key)
 	NTSTATUS status = NT_STATUS_OK;
 
 	if (!db_py_read_deferred(ctx, key, db_py_exists_fn, &exists)) {
-		status = ctx->transport->exists(ctx->backend, key, &exists);
+		status = ctx->records->exists(ctx->backend, key, &exists);
 	}
 	return (NT_STATUS_IS_OK(status) && exists) ? 1 : 0;
 }
@@ -442,7 +383,7 @@ static int db_py_get_seqnum(struct db_context *db)
 
 	status = db_py_flush(ctx);
 	if (NT_STATUS_IS_OK(status)) {
-		status = ctx->transport->seqnum(ctx->backend, &seqnum);
+		status = ctx->records->seqnum(ctx->backend, &seqnum);
 	}
 	if (!NT_STATUS_IS_OK(status)) {
 		/*
@@ -528,31 +469,6 @@ static size_t db_py_id(struct db_context *db, uint8_t *id, size_t idlen)
 
 /* -- open ------------------------------------------------------------------ */
 
-static int errno_from_ntstatus(NTSTATUS status)
-{
-	uint32_t v = NT_STATUS_V(status);
-
-	if (v == NT_STATUS_V(NT_STATUS_INVALID_PARAMETER)) {
-		return EINVAL;
-	}
-	if (v == NT_STATUS_V(NT_STATUS_ACCESS_DENIED)) {
-		return EACCES;
-	}
-	if (v == NT_STATUS_V(NT_STATUS_NO_MEMORY)) {
-		return ENOMEM;
-	}
-	if (v == NT_STATUS_V(NT_STATUS_IO_TIMEOUT)) {
-		return ETIMEDOUT;
-	}
-	if (v == NT_STATUS_V(NT_STATUS_DEVICE_NOT_READY)) {
-		return ECONNREFUSED;
-	}
-	if (v == NT_STATUS_V(NT_STATUS_NOT_FOUND)) {
-		return ENOENT;
-	}
-	return EIO;
-}
-
 static void db_py_set_ops(struct db_context *db)
 {
 	db->fetch_locked = db_py_fetch_locked;
@@ -606,15 +522,18 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	ctx->name = db->name;
 	args.name = db->name;
 
-	status = transport->open(ctx, &args, &ctx->backend);
+	status = transport->open(ctx, &args, &ctx->backend, &ctx->records);
 	if (!NT_STATUS_IS_OK(status)) {
 		TALLOC_FREE(db);
-		errno = errno_from_ntstatus(status);
+		errno = dbwrap_py_errno_from_ntstatus(status);
 		return NULL;
 	}
+	ctx->locked_storev = ctx->records->defer_locked_stores
+		? db_py_deferring_storev : db_py_storev;
 
 	dbwrap_py_log_level(DBWRAP_PY_LOG_INFO, db->name, "open",
-			    "adapter %s, %s transport", adapter, transport->name);
+			    "adapter %s, %s transport, %s records", adapter,
+			    transport->name, ctx->records->name);
 	db->private_data = ctx;
 	db->lock_order = lock_order;
 	db->persistent = (tdb_flags & TDB_CLEAR_IF_FIRST) == 0;

@@ -1,6 +1,9 @@
 /*
- * Private to the in-process transport (transport_inproc.c for the database
- * as a whole, inproc_records.c for the hot record operations).
+ * Private to the in-process transport: transport_inproc.c (open, close and
+ * the database-wide operations), and its two tables of record operations,
+ * inproc_python.c (through the record rules of dbwrap_py._records) and
+ * inproc_native.c (an adapter's native records, without the GIL). The
+ * table is chosen once, when the database opens.
  */
 
 #ifndef DBWRAP_PY_INPROC_H
@@ -9,6 +12,7 @@
 #include "py_runtime.h" /* Python.h first, as CPython asks */
 
 #include "native_records.h"
+#include "records_api.h"
 #include "transport.h"
 
 /* Methods of the dbwrap_py.database.Database object. */
@@ -17,19 +21,12 @@ enum inproc_method {
 	M_TXN_COMMIT, M_TXN_CANCEL, M_WIPE, M_CHECK, M_DB_ID, M_CLOSE, M_COUNT
 };
 
-/* The adapter's record methods that the hot path calls directly. */
-enum inproc_adapter_method {
-	A_GET, A_LOCK_GET, A_UNLOCK, A_PUT, A_PUT_UNLOCK, A_COUNT
-};
-
 struct dbwrap_py_db {
 	const char *name;
 	PyObject *database;                /* dbwrap_py.database.Database */
 	PyObject *methods[M_COUNT];        /* its bound methods */
-	PyObject *adapter[A_COUNT];        /* the adapter's, bound */
-	PyObject *held;                    /* Database._held, shared with Python */
-	PyObject *attrs;                   /* Database.__dict__ */
-	PyObject *unusable;                /* the interned name "_unusable" */
+	PyObject *records;                 /* Database.records: the record rules */
+	const struct dbwrap_py_records_api *records_api;
 	/* the adapter's native records (native_records.h), or NULL */
 	const struct dbwrap_py_native_records *native;
 	void *native_handle;
@@ -37,7 +34,6 @@ struct dbwrap_py_db {
 };
 
 extern const char *const inproc_method_names[M_COUNT];
-extern const char *const inproc_adapter_method_names[A_COUNT];
 
 /* The pending exception as an NTSTATUS and one log line (GIL held). */
 NTSTATUS inproc_failed(struct dbwrap_py_db *db, const char *op);
@@ -45,34 +41,18 @@ NTSTATUS inproc_failed(struct dbwrap_py_db *db, const char *op);
 NTSTATUS inproc_contract(struct dbwrap_py_db *db, const char *op,
 			 const char *expected, PyObject *got);
 PyObject *inproc_bytes(TDB_DATA data);
-/* The buffers joined into one bytes object. */
+/* The buffers joined into one bytes object (buffers.h). */
 PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs);
+/* Database.store with a TDB_INSERT or TDB_MODIFY flag (takes the GIL). */
+NTSTATUS inproc_store_flagged(struct dbwrap_py_db *db, TDB_DATA key,
+			      const TDB_DATA *dbufs, int num_dbufs, int flag);
 
-/* inproc_records.c */
-NTSTATUS inproc_fetch(struct dbwrap_py_db *db, TDB_DATA key,
-		      dbwrap_py_value_fn fn, void *private_data);
-NTSTATUS inproc_lock(struct dbwrap_py_db *db, TDB_DATA key,
-		     dbwrap_py_value_fn fn, void *private_data);
-NTSTATUS inproc_unlock(struct dbwrap_py_db *db, TDB_DATA key);
-NTSTATUS inproc_locked(struct dbwrap_py_db *db, TDB_DATA key,
-		       dbwrap_py_locked_fn fn, void *private_data);
-NTSTATUS inproc_storev(struct dbwrap_py_db *db, TDB_DATA key,
-		       const TDB_DATA *dbufs, int num_dbufs, int flag);
+/* inproc_python.c: records through dbwrap_py._records */
+bool inproc_python_bind(struct dbwrap_py_db *db);
+extern const struct dbwrap_py_record_ops inproc_python_records;
 
-/* inproc_native.c: the same record operations on native records, no GIL */
-bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter);
-NTSTATUS inproc_native_fetch(struct dbwrap_py_db *db, TDB_DATA key,
-			     dbwrap_py_value_fn fn, void *private_data);
-NTSTATUS inproc_native_lock(struct dbwrap_py_db *db, TDB_DATA key,
-			    dbwrap_py_value_fn fn, void *private_data);
-NTSTATUS inproc_native_unlock(struct dbwrap_py_db *db, TDB_DATA key);
-NTSTATUS inproc_native_locked(struct dbwrap_py_db *db, TDB_DATA key,
-			      dbwrap_py_locked_fn fn, void *private_data);
-NTSTATUS inproc_native_store(struct dbwrap_py_db *db, TDB_DATA key,
-			     const TDB_DATA *dbufs, int num_dbufs);
-NTSTATUS inproc_native_delete(struct dbwrap_py_db *db, TDB_DATA key);
-NTSTATUS inproc_native_exists(struct dbwrap_py_db *db, TDB_DATA key,
-			      bool *exists);
-NTSTATUS inproc_native_seqnum(struct dbwrap_py_db *db, int *seqnum);
+/* inproc_native.c: an adapter's native records; false if it has none */
+bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter, bool *found);
+extern const struct dbwrap_py_record_ops inproc_native_records;
 
 #endif /* DBWRAP_PY_INPROC_H */

@@ -1,26 +1,39 @@
 /*
- * The hot record operations on an adapter's native records
- * (native_records.h): the same contract as inproc_records.c, but with no
- * GIL and no Python call, because the adapter does them in C.
+ * Record operations on an adapter's native records (native_records.h):
+ * the adapter does them in C, so they run with no GIL and no Python call.
  *
  * Usability needs no check here: a closed or broken adapter answers with
  * its own status (the tdb adapter's handle is cleared on close). Hold counts
  * are not kept: native locks nest within a process by contract.
+ *
+ * do_locked hands its callback a copy of the value, as Samba's
+ * db_tdb_do_locked does: the adapter's own memory (tdb's mmap) may move
+ * when the callback writes. Its stores then go straight to the adapter,
+ * since deferring them would save no crossing.
  */
 
 #include "inproc.h"
 
 #include "log.h"
 
-bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter)
+#define TDB_REPLACE_FLAG 1 /* tdb.h's TDB_REPLACE; 0 means the same */
+/* share-mode and g_lock records fit; larger values are copied to the heap */
+#define LOCKED_COPY_INLINE 512
+
+bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter, bool *found)
 {
 	PyObject *capsule = PyObject_GetAttrString(adapter, "native_records");
 
+	*found = false;
 	if (capsule == NULL) {
 		if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
 			return false;
 		}
 		PyErr_Clear(); /* no native records: the Python methods it is */
+		return true;
+	}
+	if (capsule == Py_None) { /* switched off (native_records=no) */
+		Py_DECREF(capsule);
 		return true;
 	}
 	if (!PyCapsule_IsValid(capsule, DBWRAP_PY_NATIVE_RECORDS)) {
@@ -38,6 +51,7 @@ bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter)
 		return false;
 	}
 	db->native_capsule = capsule;
+	*found = true;
 	return true;
 }
 
@@ -54,7 +68,7 @@ static NTSTATUS native_failed(struct dbwrap_py_db *db, const char *op,
 	return status;
 }
 
-NTSTATUS inproc_native_fetch(struct dbwrap_py_db *db, TDB_DATA key,
+static NTSTATUS native_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 			     dbwrap_py_value_fn fn, void *private_data)
 {
 	struct dbwrap_py_native_why why;
@@ -64,7 +78,7 @@ NTSTATUS inproc_native_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "fetch", code, &why);
 }
 
-NTSTATUS inproc_native_lock(struct dbwrap_py_db *db, TDB_DATA key,
+static NTSTATUS native_lock(struct dbwrap_py_db *db, TDB_DATA key,
 			    dbwrap_py_value_fn fn, void *private_data)
 {
 	struct dbwrap_py_native_why why;
@@ -74,7 +88,7 @@ NTSTATUS inproc_native_lock(struct dbwrap_py_db *db, TDB_DATA key,
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "lock", code, &why);
 }
 
-NTSTATUS inproc_native_unlock(struct dbwrap_py_db *db, TDB_DATA key)
+static NTSTATUS native_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 {
 	struct dbwrap_py_native_why why;
 	uint32_t code = db->native->unlock(db->native_handle, key, &why);
@@ -82,77 +96,77 @@ NTSTATUS inproc_native_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "unlock", code, &why);
 }
 
-struct native_locked_state {
-	dbwrap_py_locked_fn fn;
-	void *private_data;
-	const TDB_DATA *write;
-};
-
-static void native_locked_value(TDB_DATA value, bool found, void *private_data)
-{
-	struct native_locked_state *state = private_data;
-
-	state->write = state->fn(value, found, state->private_data);
-}
-
-/* do_locked: fn runs on the value in place, its store goes before the unlock. */
-NTSTATUS inproc_native_locked(struct dbwrap_py_db *db, TDB_DATA key,
-			      dbwrap_py_locked_fn fn, void *private_data)
-{
-	struct native_locked_state state = { fn, private_data, NULL };
-	struct dbwrap_py_native_why why;
-	NTSTATUS status = NT_STATUS_OK, unlocked;
-	uint32_t code;
-
-	code = db->native->lock_fetch(db->native_handle, key, native_locked_value,
-				      &state, &why);
-	if (code != 0) {
-		return native_failed(db, "lock", code, &why);
-	}
-	if (state.write != NULL) {
-		code = db->native->store(db->native_handle, key, *state.write, &why);
-		if (code != 0) {
-			status = native_failed(db, "store+unlock", code, &why);
-		}
-	}
-	/* the lock is released even when the store failed */
-	unlocked = inproc_native_unlock(db, key);
-	return NT_STATUS_IS_OK(status) ? unlocked : status;
-}
-
-/* A plain store on a locked record; several buffers are joined first. */
-NTSTATUS inproc_native_store(struct dbwrap_py_db *db, TDB_DATA key,
-			     const TDB_DATA *dbufs, int num_dbufs)
+static NTSTATUS native_storev(struct dbwrap_py_db *db, TDB_DATA key,
+			      const TDB_DATA *dbufs, int num_dbufs, int flag)
 {
 	struct dbwrap_py_native_why why;
-	TDB_DATA value = (num_dbufs == 1) ? dbufs[0] : tdb_null;
-	uint8_t *joined = NULL;
-	size_t len = 0, off = 0;
 	uint32_t code;
-	int i;
 
-	if (num_dbufs != 1) {
-		for (i = 0; i < num_dbufs; i++) {
-			len += dbufs[i].dsize;
-		}
-		joined = talloc_size(NULL, len > 0 ? len : 1);
-		if (joined == NULL) {
-			return NT_STATUS_NO_MEMORY;
-		}
-		for (i = 0; i < num_dbufs; i++) {
-			if (dbufs[i].dsize > 0) {
-				memcpy(joined + off, dbufs[i].dptr, dbufs[i].dsize);
-				off += dbufs[i].dsize;
-			}
-		}
-		value = (TDB_DATA) { joined, len };
+	if (flag != 0 && flag != TDB_REPLACE_FLAG) {
+		return inproc_store_flagged(db, key, dbufs, num_dbufs, flag);
 	}
-	code = db->native->store(db->native_handle, key, value, &why);
-	TALLOC_FREE(joined);
+	code = db->native->storev(db->native_handle, key, dbufs, num_dbufs, &why);
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "store", code, &why);
 }
 
-NTSTATUS inproc_native_delete(struct dbwrap_py_db *db, TDB_DATA key)
+/* The value do_locked's callback gets: its own copy. */
+struct locked_copy {
+	TDB_DATA value;
+	bool found;
+	bool copied;
+	uint8_t inline_buf[LOCKED_COPY_INLINE];
+};
+
+static void locked_copy_value(TDB_DATA value, bool found, void *private_data)
+{
+	struct locked_copy *copy = private_data;
+
+	copy->found = found;
+	copy->value = (TDB_DATA) { copy->inline_buf, value.dsize };
+	if (value.dsize > sizeof(copy->inline_buf)) {
+		copy->value.dptr = talloc_memdup(NULL, value.dptr, value.dsize);
+		copy->copied = (copy->value.dptr != NULL);
+		return;
+	}
+	if (value.dsize > 0) {
+		memcpy(copy->inline_buf, value.dptr, value.dsize);
+	}
+	copy->copied = true;
+}
+
+/* do_locked: lock and copy the value, fn, its store if any, unlock. */
+static NTSTATUS native_locked(struct dbwrap_py_db *db, TDB_DATA key,
+			      dbwrap_py_locked_fn fn, void *private_data)
+{
+	struct locked_copy copy; /* not zeroed: the inline buffer need not be */
+	const TDB_DATA *write;
+	NTSTATUS status, unlocked;
+
+	copy.value = tdb_null;
+	copy.copied = false;
+	status = native_lock(db, key, locked_copy_value, &copy);
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
+	}
+	if (!copy.copied) {
+		dbwrap_py_log(db->name, "lock", "out of memory for a %zu-byte value",
+			      copy.value.dsize);
+		status = NT_STATUS_NO_MEMORY;
+	} else {
+		write = fn(copy.value, copy.found, private_data);
+		if (write != NULL) {
+			status = native_storev(db, key, write, 1, 0);
+		}
+	}
+	if (copy.value.dptr != copy.inline_buf) {
+		TALLOC_FREE(copy.value.dptr);
+	}
+	/* the lock is released even when the store failed */
+	unlocked = native_unlock(db, key);
+	return NT_STATUS_IS_OK(status) ? unlocked : status;
+}
+
+static NTSTATUS native_delete(struct dbwrap_py_db *db, TDB_DATA key)
 {
 	struct dbwrap_py_native_why why;
 	uint32_t code = db->native->delete_rec(db->native_handle, key, &why);
@@ -160,8 +174,7 @@ NTSTATUS inproc_native_delete(struct dbwrap_py_db *db, TDB_DATA key)
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "delete", code, &why);
 }
 
-NTSTATUS inproc_native_exists(struct dbwrap_py_db *db, TDB_DATA key,
-			      bool *exists)
+static NTSTATUS native_exists(struct dbwrap_py_db *db, TDB_DATA key, bool *exists)
 {
 	struct dbwrap_py_native_why why;
 	uint32_t code = db->native->exists(db->native_handle, key, exists, &why);
@@ -169,10 +182,23 @@ NTSTATUS inproc_native_exists(struct dbwrap_py_db *db, TDB_DATA key,
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "exists", code, &why);
 }
 
-NTSTATUS inproc_native_seqnum(struct dbwrap_py_db *db, int *seqnum)
+static NTSTATUS native_seqnum(struct dbwrap_py_db *db, int *seqnum)
 {
 	struct dbwrap_py_native_why why;
 	uint32_t code = db->native->seqnum(db->native_handle, seqnum, &why);
 
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "seqnum", code, &why);
 }
+
+const struct dbwrap_py_record_ops inproc_native_records = {
+	.name = "native",
+	.defer_locked_stores = false,
+	.fetch = native_fetch,
+	.lock = native_lock,
+	.unlock = native_unlock,
+	.locked = native_locked,
+	.storev = native_storev,
+	.delete_rec = native_delete,
+	.exists = native_exists,
+	.seqnum = native_seqnum,
+};

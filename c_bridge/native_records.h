@@ -3,6 +3,9 @@
  * hot path (fetch, lock, unlock, store, delete, exists, seqnum) without the
  * GIL or a Python call.
  *
+ * Version 2: the store takes the storev's buffers, which tdb_storev writes
+ * without joining them first.
+ *
  * An adapter offers them by having an attribute `native_records`: a
  * PyCapsule named DBWRAP_PY_NATIVE_RECORDS whose pointer is the adapter's
  * own handle and whose context is a `const struct dbwrap_py_native_records *`.
@@ -28,7 +31,7 @@
 #include <stdint.h>
 #include <tdb.h>
 
-#define DBWRAP_PY_NATIVE_RECORDS "dbwrap_py.native_records.v1"
+#define DBWRAP_PY_NATIVE_RECORDS "dbwrap_py.native_records.v2"
 
 /* Gets the value, valid only during the call; found=false for a missing key. */
 typedef void (*dbwrap_py_native_value_fn)(TDB_DATA value, bool found,
@@ -48,9 +51,9 @@ struct dbwrap_py_native_records {
 			       struct dbwrap_py_native_why *why);
 	uint32_t (*unlock)(void *handle, TDB_DATA key,
 			   struct dbwrap_py_native_why *why);
-	/* Store a locked record (replace). */
-	uint32_t (*store)(void *handle, TDB_DATA key, TDB_DATA value,
-			  struct dbwrap_py_native_why *why);
+	/* Store a locked record (replace); the buffers form one value. */
+	uint32_t (*storev)(void *handle, TDB_DATA key, const TDB_DATA *dbufs,
+			   int num_dbufs, struct dbwrap_py_native_why *why);
 	/* Delete a locked record; NT_STATUS_NOT_FOUND for a missing key. */
 	uint32_t (*delete_rec)(void *handle, TDB_DATA key,
 			       struct dbwrap_py_native_why *why);

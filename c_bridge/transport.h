@@ -4,11 +4,17 @@
  * db_ops.c implements struct db_context in terms of these calls and knows
  * nothing of Python. transport_inproc.c runs the adapter in an interpreter
  * embedded in this process; a per-node daemon reached over a unix socket
- * would be one more file implementing the same table.
+ * would be one more file implementing the same tables.
+ *
+ * The hot record operations form a table of their own. A transport may
+ * reach records in more than one way (the in-process one: through the
+ * adapter's Python methods, or through its native records in C) and picks
+ * the table once, when the database opens; db_ops.c then calls it without
+ * asking again.
  *
  * Values handed to a callback are valid only during that callback, so a
  * transport can pass its own buffers without copying. Callbacks of fetch
- * and locked are short by dbwrap's rules (they run under a record lock) and
+ * and lock are short by dbwrap's rules (they run under a record lock) and
  * may run inside the transport's own critical section; traverse callbacks
  * run arbitrary code and must not.
  */
@@ -53,13 +59,13 @@ enum dbwrap_py_txn_op {
 	DBWRAP_PY_TXN_CANCEL,
 };
 
-struct dbwrap_py_transport {
-	const char *name;
-
-	/* The returned handle is a talloc child of mem_ctx; freeing it closes. */
-	NTSTATUS (*open)(TALLOC_CTX *mem_ctx,
-			 const struct dbwrap_py_open_args *args,
-			 struct dbwrap_py_db **pdb);
+struct dbwrap_py_record_ops {
+	const char *name; /* for the log: how records are reached */
+	/*
+	 * true: a plain store made inside a do_locked callback may wait, and
+	 * go with the unlock (locked_fn returns it); one crossing saved.
+	 */
+	bool defer_locked_stores;
 
 	/* Read without locking (parse_record). */
 	NTSTATUS (*fetch)(struct dbwrap_py_db *db, TDB_DATA key,
@@ -70,8 +76,10 @@ struct dbwrap_py_transport {
 	NTSTATUS (*unlock)(struct dbwrap_py_db *db, TDB_DATA key);
 	/*
 	 * do_locked in one scope: lock and read, run fn, then store what fn
-	 * returns together with the unlock. The lock is released even if that
-	 * store fails, and the store's failure is the result.
+	 * returns together with the unlock. The value fn gets stays valid
+	 * whatever fn writes meanwhile, as Samba's own backends promise. The
+	 * lock is released even if the store fails, and that failure is the
+	 * result.
 	 */
 	NTSTATUS (*locked)(struct dbwrap_py_db *db, TDB_DATA key,
 			   dbwrap_py_locked_fn fn, void *private_data);
@@ -81,6 +89,21 @@ struct dbwrap_py_transport {
 	/* Delete a locked record; NOT_FOUND if it is missing. */
 	NTSTATUS (*delete_rec)(struct dbwrap_py_db *db, TDB_DATA key);
 	NTSTATUS (*exists)(struct dbwrap_py_db *db, TDB_DATA key, bool *exists);
+	NTSTATUS (*seqnum)(struct dbwrap_py_db *db, int *seqnum);
+};
+
+struct dbwrap_py_transport {
+	const char *name;
+
+	/*
+	 * The returned handle is a talloc child of mem_ctx; freeing it closes.
+	 * *records is the table of record operations for this database.
+	 */
+	NTSTATUS (*open)(TALLOC_CTX *mem_ctx,
+			 const struct dbwrap_py_open_args *args,
+			 struct dbwrap_py_db **pdb,
+			 const struct dbwrap_py_record_ops **records);
+
 	/*
 	 * Every record; with write, each is locked while fn runs, so fn may
 	 * store or delete it. *count includes the record fn stopped on.
@@ -88,7 +111,6 @@ struct dbwrap_py_transport {
 	NTSTATUS (*traverse)(struct dbwrap_py_db *db, bool write,
 			     dbwrap_py_record_fn fn, void *private_data,
 			     int *count);
-	NTSTATUS (*seqnum)(struct dbwrap_py_db *db, int *seqnum);
 	NTSTATUS (*transaction)(struct dbwrap_py_db *db, enum dbwrap_py_txn_op op);
 	NTSTATUS (*wipe)(struct dbwrap_py_db *db);
 	NTSTATUS (*check)(struct dbwrap_py_db *db);

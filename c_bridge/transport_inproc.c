@@ -1,8 +1,10 @@
 /*
  * The in-process transport: the adapter runs in this process's embedded
- * Python. Each dbwrap operation is a call of a bound method cached when the
- * database opens: the hot record operations call the adapter directly
- * (inproc_records.c), the rest the dbwrap_py.database.Database object.
+ * Python. The database is a dbwrap_py.database.Database object; its bound
+ * methods are cached when it opens. Record operations go to one of two
+ * tables, chosen here at open: inproc_native.c when the adapter offers
+ * native records, else inproc_python.c. This file does the rest: open,
+ * close, traverse, transactions, wipe, check and the id.
  *
  * Every entry takes the GIL and gives it back before returning, so it is
  * never held between dbwrap calls. Short callbacks (parse_record, do_locked)
@@ -14,6 +16,7 @@
 
 #include "inproc.h"
 
+#include "buffers.h"
 #include "log.h"
 
 const char *const inproc_method_names[M_COUNT] = {
@@ -23,11 +26,6 @@ const char *const inproc_method_names[M_COUNT] = {
 	[M_TXN_COMMIT] = "transaction_commit",
 	[M_TXN_CANCEL] = "transaction_cancel", [M_WIPE] = "wipe",
 	[M_CHECK] = "check", [M_DB_ID] = "db_id", [M_CLOSE] = "close",
-};
-
-const char *const inproc_adapter_method_names[A_COUNT] = {
-	[A_GET] = "get", [A_LOCK_GET] = "lock_get", [A_UNLOCK] = "unlock",
-	[A_PUT] = "put", [A_PUT_UNLOCK] = "put_unlock",
 };
 
 /* -- helpers ---------------------------------------------------------------- */
@@ -57,20 +55,6 @@ static NTSTATUS method_failed(struct dbwrap_py_db *db, enum inproc_method m)
 	return inproc_failed(db, inproc_method_names[m]);
 }
 
-static PyObject *call_key(struct dbwrap_py_db *db, enum inproc_method m,
-			  TDB_DATA key)
-{
-	PyObject *pykey = inproc_bytes(key);
-	PyObject *result;
-
-	if (pykey == NULL) {
-		return NULL;
-	}
-	result = PyObject_CallOneArg(db->methods[m], pykey);
-	Py_DECREF(pykey);
-	return result;
-}
-
 /* Call for its effect only: any result counts as success. */
 static NTSTATUS call_void(struct dbwrap_py_db *db, enum inproc_method m,
 			  PyObject *arg)
@@ -86,32 +70,52 @@ static NTSTATUS call_void(struct dbwrap_py_db *db, enum inproc_method m,
 	return status;
 }
 
+static uint8_t *bytes_alloc(void *alloc_ctx, size_t len)
+{
+	PyObject **out = alloc_ctx;
+
+	if (len > PY_SSIZE_T_MAX) {
+		return NULL;
+	}
+	*out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+	return (*out != NULL) ? (uint8_t *)PyBytes_AS_STRING(*out) : NULL;
+}
+
 /* One copy; measured cheaper than passing a list (make bench-bridge). */
 PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs)
 {
-	PyObject *value;
-	size_t total = 0;
-	char *dst;
-	int i;
+	PyObject *value = NULL;
+	size_t len;
 
-	for (i = 0; i < num_dbufs; i++) {
-		if (total + dbufs[i].dsize < total) {
-			return PyErr_NoMemory();
-		}
-		total += dbufs[i].dsize;
-	}
-	value = PyBytes_FromStringAndSize(NULL, total);
-	if (value == NULL) {
-		return NULL;
-	}
-	dst = PyBytes_AS_STRING(value);
-	for (i = 0; i < num_dbufs; i++) {
-		if (dbufs[i].dsize != 0) {
-			memcpy(dst, dbufs[i].dptr, dbufs[i].dsize);
-			dst += dbufs[i].dsize;
-		}
+	if (dbwrap_py_join(dbufs, num_dbufs, bytes_alloc, &value, &len) == NULL) {
+		return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 	}
 	return value;
+}
+
+NTSTATUS inproc_store_flagged(struct dbwrap_py_db *db, TDB_DATA key,
+			      const TDB_DATA *dbufs, int num_dbufs, int flag)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *pykey = inproc_bytes(key);
+	PyObject *value = (pykey != NULL) ? inproc_join(dbufs, num_dbufs) : NULL;
+	PyObject *pyflag = (value != NULL) ? PyLong_FromLong(flag) : NULL;
+	PyObject *args[3] = { pykey, value, pyflag }, *result = NULL;
+	NTSTATUS status = NT_STATUS_OK;
+
+	/* TDB_INSERT/TDB_MODIFY: Database checks them under the record lock */
+	if (pyflag != NULL) {
+		result = PyObject_Vectorcall(db->methods[M_STORE], args, 3, NULL);
+	}
+	if (result == NULL) {
+		status = method_failed(db, M_STORE);
+	}
+	Py_XDECREF(result);
+	Py_XDECREF(pyflag);
+	Py_XDECREF(value);
+	Py_XDECREF(pykey);
+	PyGILState_Release(gil);
+	return status;
 }
 
 /* -- open / close ----------------------------------------------------------- */
@@ -132,12 +136,7 @@ static int inproc_db_destructor(struct dbwrap_py_db *db)
 	for (i = 0; i < M_COUNT; i++) {
 		Py_CLEAR(db->methods[i]);
 	}
-	for (i = 0; i < A_COUNT; i++) {
-		Py_CLEAR(db->adapter[i]);
-	}
-	Py_CLEAR(db->held);
-	Py_CLEAR(db->attrs);
-	Py_CLEAR(db->unusable);
+	Py_CLEAR(db->records);
 	db->native = NULL;
 	Py_CLEAR(db->native_capsule);
 	Py_CLEAR(db->database);
@@ -195,35 +194,28 @@ static bool bind_all(PyObject *obj, const char *const *names, PyObject **out,
 	return true;
 }
 
-static bool inproc_bind(struct dbwrap_py_db *db)
+/* The Database's methods, and the record table for this adapter. */
+static bool inproc_bind(struct dbwrap_py_db *db,
+			const struct dbwrap_py_record_ops **records)
 {
 	PyObject *adapter = PyObject_GetAttrString(db->database, "adapter");
-	bool ok;
+	bool native = false, ok;
 
 	ok = adapter != NULL &&
 	     bind_all(db->database, inproc_method_names, db->methods, M_COUNT) &&
-	     bind_all(adapter, inproc_adapter_method_names, db->adapter, A_COUNT) &&
-	     inproc_native_bind(db, adapter);
+	     inproc_native_bind(db, adapter, &native);
 	Py_XDECREF(adapter);
-	if (!ok) {
-		return false;
+	if (ok && !native) {
+		ok = inproc_python_bind(db);
 	}
-	db->held = PyObject_GetAttrString(db->database, "_held");
-	db->attrs = PyObject_GenericGetDict(db->database, NULL);
-	db->unusable = PyUnicode_InternFromString("_unusable");
-	if (db->held == NULL || db->attrs == NULL || db->unusable == NULL) {
-		return false;
-	}
-	if (!PyDict_Check(db->held) || !PyDict_Check(db->attrs)) {
-		PyErr_SetString(PyExc_TypeError, "Database._held or __dict__ is not a dict");
-		return false;
-	}
-	return true;
+	*records = native ? &inproc_native_records : &inproc_python_records;
+	return ok;
 }
 
 static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 			    const struct dbwrap_py_open_args *args,
-			    struct dbwrap_py_db **pdb)
+			    struct dbwrap_py_db **pdb,
+			    const struct dbwrap_py_record_ops **records)
 {
 	struct dbwrap_py_db *db;
 	PyGILState_STATE gil;
@@ -240,7 +232,7 @@ static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 
 	gil = PyGILState_Ensure();
 	db->database = inproc_open_database(args);
-	if (db->database == NULL || !inproc_bind(db)) {
+	if (db->database == NULL || !inproc_bind(db, records)) {
 		status = py_runtime_status_from_exception(db->name, "open");
 	}
 	PyGILState_Release(gil);
@@ -252,51 +244,6 @@ static NTSTATUS inproc_open(TALLOC_CTX *mem_ctx,
 	}
 	*pdb = db;
 	return NT_STATUS_OK;
-}
-
-/* -- deletes and existence ---------------------------------------------------- */
-
-static NTSTATUS inproc_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
-{
-	PyGILState_STATE gil;
-	PyObject *result;
-	NTSTATUS status;
-
-	if (db->native != NULL) {
-		return inproc_native_delete(db, key);
-	}
-	gil = PyGILState_Ensure();
-	result = call_key(db, M_DELETE, key);
-	status = (result != NULL) ? NT_STATUS_OK : method_failed(db, M_DELETE);
-
-	Py_XDECREF(result);
-	PyGILState_Release(gil);
-	return status;
-}
-
-static NTSTATUS inproc_exists(struct dbwrap_py_db *db, TDB_DATA key,
-			      bool *exists)
-{
-	PyGILState_STATE gil;
-	PyObject *result;
-	NTSTATUS status = NT_STATUS_OK;
-
-	if (db->native != NULL) {
-		return inproc_native_exists(db, key, exists);
-	}
-	gil = PyGILState_Ensure();
-	result = call_key(db, M_EXISTS, key);
-
-	if (result == NULL) {
-		status = method_failed(db, M_EXISTS);
-	} else if (!PyBool_Check(result)) {
-		status = inproc_contract(db, "exists", "bool", result);
-	} else {
-		*exists = (result == Py_True);
-	}
-	Py_XDECREF(result);
-	PyGILState_Release(gil);
-	return status;
 }
 
 /* -- traverse --------------------------------------------------------------- */
@@ -378,39 +325,6 @@ static NTSTATUS inproc_traverse(struct dbwrap_py_db *db, bool write,
 
 /* -- database-wide ---------------------------------------------------------- */
 
-static NTSTATUS inproc_seqnum(struct dbwrap_py_db *db, int *seqnum)
-{
-	PyGILState_STATE gil;
-	PyObject *result;
-	NTSTATUS status = NT_STATUS_OK;
-	long value;
-
-	if (db->native != NULL) {
-		return inproc_native_seqnum(db, seqnum);
-	}
-	gil = PyGILState_Ensure();
-	result = PyObject_CallNoArgs(db->methods[M_SEQNUM]);
-
-	if (result == NULL) {
-		status = method_failed(db, M_SEQNUM);
-	} else if (!PyLong_Check(result)) {
-		status = inproc_contract(db, "seqnum", "int", result);
-	} else {
-		value = PyLong_AsLong(result);
-		if ((value == -1 && PyErr_Occurred()) || value < 0 ||
-		    value > INT32_MAX) {
-			PyErr_Clear();
-			status = inproc_contract(db, "seqnum",
-						 "an int in 0..2^31-1", result);
-		} else {
-			*seqnum = (int)value;
-		}
-	}
-	Py_XDECREF(result);
-	PyGILState_Release(gil);
-	return status;
-}
-
 static NTSTATUS inproc_transaction(struct dbwrap_py_db *db,
 				   enum dbwrap_py_txn_op op)
 {
@@ -463,15 +377,7 @@ static NTSTATUS inproc_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 const struct dbwrap_py_transport dbwrap_py_transport_inproc = {
 	.name = "inproc",
 	.open = inproc_open,
-	.fetch = inproc_fetch,
-	.lock = inproc_lock,
-	.unlock = inproc_unlock,
-	.locked = inproc_locked,
-	.storev = inproc_storev,
-	.delete_rec = inproc_delete_rec,
-	.exists = inproc_exists,
 	.traverse = inproc_traverse,
-	.seqnum = inproc_seqnum,
 	.transaction = inproc_transaction,
 	.wipe = inproc_wipe,
 	.check = inproc_check,

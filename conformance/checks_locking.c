@@ -380,6 +380,100 @@ static enum result check_fencing(const struct target *t, const char *dir)
 	return PASS;
 }
 
+/*
+ * do_locked's value must stay what it was while the callback writes: Samba's
+ * db_tdb_do_locked hands over a copy. A backend that passes its own memory
+ * (tdb's mmap) fails here. The callback can only write its own record
+ * (dbwrap's lock order forbids a second lock on the database), and does:
+ * it stores a large value (4 MiB, or the adapter's declared limit), which
+ * grows the file and moves the map; deletes
+ * the record, so its space goes back to tdb's free list; and inserts a
+ * value of the first size, which takes that space. After each, it reads the
+ * value it was handed again.
+ */
+#define HANDED_SIZE 300
+#define GROWN_SIZE (4 * 1024 * 1024)
+
+struct handed_state {
+	size_t grown_size; /* GROWN_SIZE, or the adapter's declared limit */
+	uint8_t copy[HANDED_SIZE];
+	bool unchanged;
+	char why[200];
+};
+
+static bool handed_same(struct handed_state *state, TDB_DATA value, const char *after)
+{
+	if (memcmp(state->copy, value.dptr, HANDED_SIZE) == 0) {
+		return true;
+	}
+	snprintf(state->why, sizeof(state->why),
+		 "the value handed to the callback changed under it after %s", after);
+	return false;
+}
+
+static bool handed_write(struct handed_state *state, NTSTATUS status, const char *what)
+{
+	if (NT_STATUS_IS_OK(status)) {
+		return true;
+	}
+	snprintf(state->why, sizeof(state->why), "%s inside do_locked failed: %s", what,
+		 nt_errstr(status));
+	return false;
+}
+
+static void handed_fn(struct db_record *rec, TDB_DATA value, void *private_data)
+{
+	struct handed_state *state = private_data;
+	static uint8_t other[GROWN_SIZE];
+
+	if (value.dsize != HANDED_SIZE) {
+		snprintf(state->why, sizeof(state->why), "handed %zu bytes, stored %d",
+			 value.dsize, HANDED_SIZE);
+		return;
+	}
+	memcpy(state->copy, value.dptr, value.dsize);
+	memset(other, 'x', sizeof(other));
+	state->unchanged =
+		handed_write(state, dbwrap_record_store(rec, (TDB_DATA) { other, state->grown_size },
+							TDB_MODIFY), "TDB_MODIFY") &&
+		handed_same(state, value, "a TDB_MODIFY that grew the file") &&
+		handed_write(state, dbwrap_record_delete(rec), "delete") &&
+		handed_same(state, value, "deleting the record") &&
+		handed_write(state, dbwrap_record_store(rec, (TDB_DATA) { other, HANDED_SIZE },
+							TDB_INSERT), "TDB_INSERT") &&
+		handed_same(state, value, "a same-size TDB_INSERT");
+}
+
+static enum result check_handed_value(const struct target *t, const char *dir)
+{
+	TALLOC_CTX *mem = talloc_new(NULL);
+	struct db_context *db = check_open(mem, t, dir, "handed.tdb", VOLATILE_FLAGS);
+	struct handed_state state = {
+		.grown_size = (t->max_value_size != 0 && t->max_value_size < GROWN_SIZE)
+			? t->max_value_size : GROWN_SIZE,
+		.unchanged = false,
+	};
+	uint8_t stored[HANDED_SIZE];
+	TDB_DATA key = str_data("handed"), value;
+	size_t i;
+
+	CHECK_OPENED(db);
+	for (i = 0; i < sizeof(stored); i++) {
+		stored[i] = (uint8_t)(i * 7 + 1);
+	}
+	CHECK_STATUS(dbwrap_store(db, key, (TDB_DATA) { stored, sizeof(stored) }, 0),
+		     NT_STATUS_OK, "store");
+	CHECK_STATUS(dbwrap_do_locked(db, key, handed_fn, &state), NT_STATUS_OK, "do_locked");
+	CHECK(state.unchanged, "%s", state.why);
+	CHECK_STATUS(dbwrap_fetch(db, mem, key, &value), NT_STATUS_OK, "fetch afterwards");
+	CHECK(value.dsize == HANDED_SIZE, "after do_locked the record has %zu bytes, expected %d",
+	      value.dsize, HANDED_SIZE);
+	MEASURED("unchanged after a %zu KiB TDB_MODIFY, a delete and a same-size TDB_INSERT",
+		 state.grown_size / 1024);
+	talloc_free(mem);
+	return PASS;
+}
+
 const struct check locking_checks[] = {
 	{ "lock.counter", "§1.1: fetch_locked excludes other processes: N x M increments, none lost",
 	  check_counter },
@@ -389,6 +483,8 @@ const struct check locking_checks[] = {
 	  check_mixed },
 	{ "lock.own-writes", "§1.5/§1.11: the holder reads its own writes while it holds the lock",
 	  check_own_writes },
+	{ "lock.handed-value", "§1.5: do_locked's value stays valid while the callback writes (Samba hands a copy)",
+	  check_handed_value },
 	{ "lock.release-on-free", "§1.1: freeing the record releases the lock",
 	  check_release_on_free },
 	{ "lock.release-on-kill", "§1.1: a killed holder's lock is released (at once for tdb, else within the lease)",

@@ -12,10 +12,10 @@ set -eu
 
 packages="
   build-essential pkg-config
-  python3 python3-dev python3-venv python3-wheel python3-tdb
+  python3 python3-dev python3-venv python3-wheel
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
-  etcd-server openssl
+  etcd-server openssl valgrind
   ca-certificates
 "
 # What each is for:
@@ -24,8 +24,8 @@ packages="
 #   python3-venv                     the .venv (pip and setuptools wheels)
 #   python3-wheel                    bdist_wheel for the venv's setuptools (66), which
 #                                    `pip install --no-build-isolation -e .` needs
-#   python3-tdb                      the tdb adapter's Python side
-#   libtalloc-dev, libtdb-dev        talloc and tdb headers for the bridge
+#   libtalloc-dev, libtdb-dev        talloc and tdb headers and libraries for the bridge
+#                                    and the tdb adapter's C extension
 #   tdb-tools                        tdbdump, tdbtool: reading tdb files in tests
 #   samba                            smbd, smbstatus, pdbedit, sharesec, and Samba's
 #                                    private libraries (libdbwrap-samba4, libsmbconf)
@@ -35,6 +35,8 @@ packages="
 #   smbclient                        smbclient, the tests' SMB client
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
+#   valgrind                         memcheck over the C suite (make test-memcheck),
+#                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS
 
 # A Go toolchain builds the linearizability checker; Debian's is enough

@@ -17,6 +17,7 @@ from dbwrap_py.errors import (
     Unavailable,
     WriteProtected,
 )
+from dbwrap_py.leased import LeasedAdapter
 from dbwrap_py.options import Options
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "DbwrapError",
     "FencedOut",
     "InvalidParameter",
+    "LeasedAdapter",
     "LockConflict",
     "NameCollision",
     "NotFound",

@@ -63,16 +63,22 @@ class DatabaseSpec:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What an adapter declares; the conformance suite reports it."""
+    """What an adapter declares, and who acts on it."""
 
+    #: False: Database refuses transaction_start with NotSupported before the
+    #: adapter sees it; the conformance suite skips the transaction checks
     transactions: bool = False
-    #: several processes share one database (False for the in-process memory adapter)
+    #: False (the in-process memory adapter): the conformance suite skips the
+    #: multi-process checks, and the SMB benchmarks leave the adapter out
     multi_process: bool = True
-    #: seconds after which a dead holder's lock is gone (0: at once, as with fcntl)
+    #: seconds after which a dead holder's lock is gone (0: at once, as with
+    #: fcntl); the conformance suite waits this long for lock.release-on-kill
     lock_release_seconds: float = 0.0
-    #: the largest value the backend stores, None for no limit
+    #: the largest value the backend stores, None for no limit: a larger
+    #: store fails in the record rules with InvalidParameter, before the
+    #: adapter sees it; kv.values stores exactly this much
     max_value_size: int | None = None
-    #: things the adapter knowingly does not do, with the reason
+    #: things the adapter knowingly does not do, with the reason (reported)
     notes: tuple[str, ...] = field(default=())
 
 

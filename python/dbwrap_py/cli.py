@@ -16,6 +16,7 @@
   dbwrap-py bench smb [--adapters A,...]   path-contention-shared sweep, every adapter against native tdb
   dbwrap-py bench micro                    per-operation p50/p99 through the bridge, YCSB-style mixes
   dbwrap-py bench memory                   RSS and PSS per smbd client process, native against bridged
+  dbwrap-py bench instructions             instructions per dbwrap call (callgrind), native against bridged
 
 DB is the name smbd would pass to db_open, e.g. /var/lib/samba/private/secrets.tdb.
 Keys and values are given as text; use \\xNN escapes for other bytes.
@@ -36,7 +37,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
-from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def _open(args: argparse.Namespace) -> Database:
 
 
 def _cmd_adapters(args: argparse.Namespace) -> int:
-    for name in builtin_names():
+    for name in adapter_names():
         try:
             caps = find_adapter(name).capabilities
         except DbwrapError as exc:
@@ -418,6 +419,30 @@ class _SideOption(argparse.Action):
         setattr(namespace, dest, [*getattr(namespace, dest), values])
 
 
+def _cmd_bench_instructions(args: argparse.Namespace) -> int:
+    import json
+
+    from dbwrap_py.bench import instructions
+    from dbwrap_py.paths import build_dir
+
+    binary = build_dir() / "bench_bridge"
+    if not binary.exists():
+        print(f"{binary} is missing: run make build/bench_bridge", file=sys.stderr)
+        return 2
+    try:
+        results = instructions.measure(binary, args.backends.split(","), args.iterations)
+    except instructions.InstructionsError as exc:
+        print(f"bench instructions: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(instructions.table_lines(results)))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"iterations": args.iterations, "instructions_per_call": results},
+                              indent=1) + "\n")
+    print(f"results: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dbwrap-py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -512,6 +537,13 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--connections", default="1,16,64", help="comma list of connection counts")
     memory.add_argument("--json", default="results/bench-memory.json")
     memory.set_defaults(fn=_cmd_bench_memory)
+    instr = bench_sub.add_parser("instructions",
+                                 help="instructions per dbwrap call under callgrind, per backend")
+    instr.add_argument("--backends", default=",".join(("native-tdb", "bridge+tdb", "bridge+tdb-py",
+                                                       "bridge+memory")))
+    instr.add_argument("--iterations", type=int, default=2000)
+    instr.add_argument("--json", default="results/bench-instructions.json")
+    instr.set_defaults(fn=_cmd_bench_instructions)
     for cmd in (smb, micro, memory):
         cmd.add_argument("--adapters", "--adapter", default="auto",
                          help="comma list of adapters, or 'auto' for every one that has landed;"

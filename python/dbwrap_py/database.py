@@ -1,8 +1,12 @@
 """dbwrap's contract on top of one adapter. This is the object the C bridge calls.
 
-Every public method here is one dbwrap operation; the C side caches them as
-bound methods when the database opens. Each checks what the adapter returned,
-so a wrong type becomes an AdapterContractError (an NTSTATUS), never a crash.
+Every public method here is one dbwrap operation. The record rules (hold
+counts for re-entrant locks, whether the database is usable, type checks on
+the adapter's answers) live in one place, the C object ``self.records``
+(dbwrap_py._records.Records): the methods here call it, and so does the
+bridge, without a Python frame, for its hot record calls. Each other method
+checks what the adapter returned, so a wrong type becomes an
+AdapterContractError (an NTSTATUS), never a crash.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 
+from dbwrap_py._records import Records
 from dbwrap_py.adapter import Adapter, DatabaseSpec
 from dbwrap_py.nodecache.adapter import OPTION_NAMES as NODE_CACHE_OPTIONS
 from dbwrap_py.nodecache.adapter import CachedAdapter, node_cache_mode, supports_node_cache
@@ -56,43 +61,28 @@ class Database:
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.spec = adapter.spec
-        self._held: dict[bytes, int] = {}  # re-entrant record locks of this process
+        #: what the adapter declares for the options it was opened with
+        self.capabilities = type(adapter).declared_capabilities(adapter.options)
+        #: the record rules; the C bridge calls them too (c_bridge/records_api.h)
+        self.records = Records(adapter, self.capabilities.max_value_size or 0)
         self._txn_depth = 0
         self._txn_doomed = False
         self._closed = False
-        # why this database cannot be used (closed, failed after_fork), or
-        # None; one test on the hot path, also read by the C bridge
-        self._unusable: Exception | None = None
         _open_databases.add(self)
 
     # -- records ----------------------------------------------------------
 
-    # The record methods run for every dbwrap call: they test usability once
-    # and check types inline rather than through helpers.
-
     def fetch(self, key: bytes) -> bytes | None:
         """parse_record: the value, or None for a missing key."""
-        if self._unusable is not None:
-            raise self._unusable
-        value = self.adapter.get(key)
-        if value is None or type(value) is bytes:
-            return value
-        return _value(value, "get")
+        return self.records.fetch(key)
 
     def lock(self, key: bytes) -> bytes | None:
-        """fetch_locked / do_locked: lock the record, then read it."""
-        if self._unusable is not None:
-            raise self._unusable
-        held = self._held.get(key, 0)
-        value = self.adapter.get(key) if held else self.adapter.lock_get(key)
-        self._held[key] = held + 1
-        if value is None or type(value) is bytes:
-            return value
-        try:
-            return _value(value, "get")
-        except BaseException:
-            self.unlock(key)
-            raise
+        """fetch_locked / do_locked: lock the record, then read it.
+
+        Locks are re-entrant within the process: the adapter's lock is taken
+        with the first hold, and a nested hold reads the holder's own writes.
+        """
+        return self.records.lock(key)
 
     def unlock(self, key: bytes, value: bytes | None = None) -> None:
         """Release one hold; the adapter's lock goes with the last one.
@@ -101,29 +91,17 @@ class Database:
         with the unlock: one crossing, and adapters may write and release in
         one round trip (put_unlock). The lock is released even if it fails.
         """
-        held = self._held.pop(key, 0)
-        if held > 1:
-            self._held[key] = held - 1
-        if value is None:
-            if held == 1:
-                self.adapter.unlock(key)
-            # held == 0: a record from before fork(); this process never held it
-        elif held == 1:
-            self.adapter.put_unlock(key, value)
-        else:
-            self.adapter.put(key, value)
+        self.records.unlock(key, value)
 
     def store(self, key: bytes, value: bytes, flag: int) -> None:
         """storev on a locked record, with tdb's TDB_INSERT/TDB_MODIFY statuses."""
-        if self._unusable is not None:
-            raise self._unusable
         if flag == TDB_INSERT or flag == TDB_MODIFY:
             exists = self.exists(key)
             if flag == TDB_INSERT and exists:
                 raise NameCollision("TDB_INSERT on an existing key")
             if flag == TDB_MODIFY and not exists:
                 raise NotFound("TDB_MODIFY on a missing key")
-        self.adapter.put(key, value)
+        self.records.store(key, value)
 
     def delete(self, key: bytes) -> None:
         """delete_rec on a locked record; NotFound for a missing key, as tdb."""
@@ -177,6 +155,8 @@ class Database:
     def transaction_start(self, nonblock: bool) -> None:
         """Nested starts only count, as in tdb; the adapter sees one level."""
         self._check_usable()
+        if not self.capabilities.transactions:
+            raise NotSupported(f"{type(self.adapter).__name__} declares no transactions")
         if not self.spec.persistent:
             raise NotSupported("transactions need a persistent database")
         if self._txn_depth == 0:
@@ -224,12 +204,10 @@ class Database:
         if self._closed:
             return
         self._closed = True
-        self._unusable = Unavailable("the database is closed")
+        self.records.mark_unusable(Unavailable("the database is closed"))
         _open_databases.discard(self)
-        held = list(self._held)
-        self._held.clear()
         try:
-            for key in held:
+            for key in self.records.take_holds():
                 self.adapter.unlock(key)
         finally:
             self.adapter.close()
@@ -238,16 +216,16 @@ class Database:
 
     def _after_fork_in_child(self) -> None:
         # Locks and transactions belong to the parent process, not to us.
-        self._held.clear()
+        self.records.forget_holds()
         self._txn_depth = 0
         try:
             self.adapter.after_fork()
         except Exception as exc:  # reported on the next call, in this process
-            self._unusable = Unavailable(f"after_fork failed: {type(exc).__name__}: {exc}")
+            self.records.mark_unusable(
+                Unavailable(f"after_fork failed: {type(exc).__name__}: {exc}"))
 
     def _check_usable(self) -> None:
-        if self._unusable is not None:
-            raise self._unusable
+        self.records.check_usable()
 
 
 def _after_fork_in_child() -> None:

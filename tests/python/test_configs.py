@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbwrap_py.registry import builtin_names
+from dbwrap_py.registry import adapter_names
 from dbwrap_py.samba import PERSISTENT_DATABASES, VOLATILE_DATABASES
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -33,7 +33,7 @@ def test_config_parses_and_routes_known_databases(path, tmp_path):
     known = {d.lower() for d in VOLATILE_DATABASES + PERSISTENT_DATABASES}
     assert routed <= known
     module = re.search(r"dbwrap_py:module = (\S+)", dumped).group(1)
-    assert module in builtin_names()
+    assert module in adapter_names()
 
 
 def test_the_node_agent_unit_starts_a_valid_agent_command():
@@ -47,4 +47,4 @@ def test_the_node_agent_unit_starts_a_valid_agent_command():
     argv = shlex.split(exec_start.removeprefix("ExecStart="))
     assert argv[0].endswith("/dbwrap-py") and argv[1] == "node-agent"
     args = build_parser().parse_args(argv[2:])
-    assert args.adapter in builtin_names() and args.cache_dir and args.option
+    assert args.adapter in adapter_names() and args.cache_dir and args.option

@@ -12,13 +12,15 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
 from dbwrap_py import errors, ntstatus
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, Adapter
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.options import Options
-from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.registry import adapter_names, find_adapter
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 sys.path.insert(0, FIXTURES)
@@ -32,9 +34,57 @@ def _open(adapter: str, options=(), name="db.tdb", flags=TDB_CLEAR_IF_FIRST) -> 
 
 
 def test_short_names_find_builtin_adapters():
-    assert {"tdb", "memory"} <= set(builtin_names())
+    assert {"tdb", "memory"} <= set(adapter_names())
     assert issubclass(find_adapter("memory"), Adapter)
     assert find_adapter("memory").__module__ == "dbwrap_py.adapters.memory"
+
+
+EXAMPLE_ADAPTER = """
+from dbwrap_py.adapters.memory import MemoryAdapter
+
+
+class ExampleAdapter(MemoryAdapter):
+    \"\"\"A package of its own: the memory adapter under another name.\"\"\"
+"""
+
+
+def install_example_package(site: Path) -> None:
+    """What pip leaves for a package that registers an adapter: the module and
+    its dist-info with an entry point in the dbwrap_py.adapters group."""
+    (site / "dbwrap_py_example.py").write_text(EXAMPLE_ADAPTER)
+    info = site / "dbwrap_py_example-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dbwrap-py-example\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[dbwrap_py.adapters]\nexample = dbwrap_py_example:ExampleAdapter\n")
+
+
+def test_an_adapter_package_registers_by_entry_point(tmp_path, monkeypatch):
+    from dbwrap_py import registry
+
+    install_example_package(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._entry_points.cache_clear()
+    try:
+        assert "example" in adapter_names()
+        assert find_adapter("example").__name__ == "ExampleAdapter"
+        db = _open("example")
+        db.lock(b"k")
+        db.unlock(b"k", b"v")
+        assert db.fetch(b"k") == b"v"
+    finally:
+        registry._entry_points.cache_clear()
+
+
+def test_the_bridge_finds_an_adapter_package_by_entry_point(tmp_path):
+    """Through Samba's dbwrap front end: the adapter package is on DBWRAP_PY_PATH."""
+    install_example_package(tmp_path)
+    check = Path(__file__).resolve().parents[2] / "build" / "dbwrap_check"
+    env = dict(os.environ, DBWRAP_PY_PATH=str(tmp_path))
+    result = subprocess.run([str(check), "--adapter", "example", "--single-process",
+                             "--only", "kv.storev"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert '"result": "pass"' in result.stdout, result.stdout + result.stderr
 
 
 def test_dotted_path_finds_any_importable_module():
@@ -163,7 +213,7 @@ def test_lock_is_released_when_the_read_after_it_fails():
     db = _open("dbwrap_py_fixtures.misbehaving", ["break=get:raise"])
     with pytest.raises(RuntimeError):
         db.lock(b"k")
-    assert db._held == {}
+    assert db.records.held(b"k") == 0
 
 
 # -- framework-derived semantics --------------------------------------------
@@ -171,9 +221,11 @@ def test_lock_is_released_when_the_read_after_it_fails():
 
 def test_locks_are_reentrant_per_process():
     calls = []
-    db = _open("memory")
-    db.adapter.lock = lambda key: calls.append(("lock", key))
-    db.adapter.unlock = lambda key: calls.append(("unlock", key))
+    adapter = _open("memory").adapter
+    # the record rules bind the adapter's methods when the database opens
+    adapter.lock = lambda key: calls.append(("lock", key))
+    adapter.unlock = lambda key: calls.append(("unlock", key))
+    db = Database(adapter)
     db.lock(b"k")
     db.lock(b"k")
     db.unlock(b"k")
@@ -196,6 +248,44 @@ def test_close_releases_held_locks_once_and_refuses_later_calls():
         db.fetch(b"a")
 
 
+def test_capabilities_are_switches_the_framework_reads():
+    """transactions=False refuses transactions before the adapter sees them; a
+    value over max_value_size fails in the record rules, and the lock still goes."""
+    from dbwrap_py.adapter import Capabilities, DatabaseSpec
+    from dbwrap_py.adapters.memory import MemoryAdapter
+
+    calls = []
+
+    class Declaring(MemoryAdapter):
+        capabilities = Capabilities(transactions=False, multi_process=False, max_value_size=4)
+
+        def transaction_start(self, nonblock=False):
+            calls.append("transaction_start")
+
+        def unlock(self, key):
+            calls.append(("unlock", key))
+
+    db = Database(Declaring(DatabaseSpec("p.tdb"), Options()))
+    with pytest.raises(errors.NotSupported, match="declares no transactions"):
+        db.transaction_start(False)
+    db.lock(b"k")
+    with pytest.raises(errors.InvalidParameter, match="5-byte value is over"):
+        db.unlock(b"k", b"12345")
+    assert calls == [("unlock", b"k")] and db.records.held(b"k") == 0
+    db.lock(b"k")
+    with pytest.raises(errors.InvalidParameter, match="max_value_size of 4 bytes"):
+        db.store(b"k", b"12345", 0)
+    db.unlock(b"k", b"1234")
+    assert db.fetch(b"k") == b"1234"
+
+
+def test_leased_adapter_is_exported():
+    import dbwrap_py
+    from dbwrap_py.leased import LeasedAdapter
+
+    assert dbwrap_py.LeasedAdapter is LeasedAdapter
+
+
 def test_transactions_need_a_persistent_database():
     with pytest.raises(errors.NotSupported, match="persistent"):
         _open("memory").transaction_start(False)
@@ -212,13 +302,13 @@ def test_after_fork_runs_in_the_child_and_drops_held_locks():
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
-        ok = seen == [os.getpid()] and db._held == {}
+        ok = seen == [os.getpid()] and db.records.held(b"held") == 0
         os.write(write_end, b"1" if ok else b"0")
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read_end, 1) == b"1"
     assert seen == []  # not in the parent
-    assert db._held == {b"held": 1}
+    assert db.records.held(b"held") == 1
 
 
 def test_failing_after_fork_makes_the_child_report_unavailable():

@@ -3,6 +3,7 @@ and the Database methods. Real tdb files, real processes."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import select
 import signal
@@ -463,15 +464,81 @@ def test_unknown_option_is_refused(path):
     db.close()
 
 
-def test_refuses_an_unexpected_object_layout(monkeypatch, path):
+RECORD_METHODS = ("get", "put", "lock", "unlock", "try_lock", "lock_get", "put_unlock", "exists", "remove")
+
+
+def test_the_class_you_read_is_what_runs(db):
+    """The record methods are the C base class's, found on the class: none is
+    installed on the instance, and TdbAdapter defines none of its own."""
+    from dbwrap_py.adapters._tdb import TdbRecords
+    from dbwrap_py.adapters.tdb import TdbAdapter
+
+    adapter = db.adapter
+    assert type(adapter) is TdbAdapter
+    assert TdbAdapter.__mro__[1] is TdbRecords
+    for name in RECORD_METHODS:
+        assert name not in TdbAdapter.__dict__, name
+        assert inspect.getattr_static(TdbAdapter, name) is TdbRecords.__dict__[name], name
+        assert getattr(adapter, name).__self__ is adapter, name
+    assert not set(vars(adapter)) & set(RECORD_METHODS)
+
+
+def test_no_ctypes_and_no_python3_tdb():
+    """The adapter's one way into tdb is its own extension."""
     from dbwrap_py.adapters import tdb as tdb_adapter
 
-    monkeypatch.setattr(tdb_adapter, "_EXPECTED_BASICSIZE", 40)
-    with pytest.raises(ConfigError, match="layout"):
-        open_tdb(path)
-    monkeypatch.undo()
-    db = open_tdb(path)  # nothing was left open by the refusal
-    db.close()
+    source = inspect.getsource(tdb_adapter)
+    assert "ctypes" not in source
+    assert "import tdb" not in source
+
+
+def test_closing_one_open_leaves_the_shared_file_to_the_other(path):
+    first, second = open_tdb(path), open_tdb(path)
+    assert first.adapter.tdb_file is second.adapter.tdb_file
+    put(first, b"k", b"v")
+    first.close()
+    assert first.adapter.tdb_file is None
+    with pytest.raises(Unavailable):
+        first.adapter.get(b"k")
+    with pytest.raises(Unavailable):
+        first.adapter.scan()
+    assert second.fetch(b"k") == b"v"
+    assert not second.adapter.tdb_file.closed
+    second.close()
+
+
+def test_a_later_read_write_open_of_a_read_only_file_is_refused(path):
+    open_tdb(path).close()
+    reader = open_tdb(path, open_flags=os.O_RDONLY)
+    try:
+        with pytest.raises(AccessDenied, match="read-only"):
+            open_tdb(path)
+    finally:
+        reader.close()
+    writer = open_tdb(path)  # the refused open released nothing it did not take
+    writer.close()
+
+
+def test_a_later_tdb_seqnum_switches_seqnum_on(path):
+    plain = open_tdb(path)
+    counted = open_tdb(path, TDB_SEQNUM)
+    try:
+        before = counted.seqnum()
+        put(plain, b"k", b"v")
+        assert counted.seqnum() != before
+    finally:
+        counted.close()
+        plain.close()
+
+
+def test_bad_arguments_raise_type_errors(db):
+    adapter = db.adapter
+    with pytest.raises(TypeError):
+        adapter.get("not bytes")
+    with pytest.raises(TypeError):
+        adapter.put(b"k", "not bytes")
+    with pytest.raises(TypeError):
+        adapter.put(b"k")
 
 
 def test_closed_database_raises_instead_of_crashing(path):
@@ -685,6 +752,31 @@ def test_fork_while_parent_holds_a_lock(tmp_path, pipes):
     db.close()
 
 
+def test_every_open_of_the_file_follows_a_fresh_reopen(tmp_path):
+    """Two opens share one TdbFile; when the child must open it afresh (the
+    parent held a lock at fork), both opens use the new context."""
+    path = tmp_path / "shared.tdb"
+    first = open_tdb(path, hash_size=10007)
+    second = open_tdb(path)
+    put(first, b"k", b"v")
+    first.lock(b"held")
+
+    def child():
+        if second.fetch(b"k") != b"v" or first.fetch(b"k") != b"v":
+            return 1
+        put(second, b"from-child", b"1")
+        first.close()
+        return 0 if second.fetch(b"from-child") == b"1" else 2
+
+    try:
+        assert wait(fork(child)) == 0
+    finally:
+        first.unlock(b"held")
+    assert second.fetch(b"from-child") == b"1"
+    second.close()
+    first.close()
+
+
 def test_clear_if_first_survives_fork(tmp_path):
     """The child reopens with its own active lock: when the parent closes, the
     next opener is not 'first' while the child still has it open."""
@@ -720,8 +812,8 @@ def test_native_records_offered_and_switchable(path):
     try:
         capsule = native.adapter.native_records
         assert type(capsule).__name__ == "PyCapsule"
-        assert "dbwrap_py.native_records.v1" in repr(capsule)
-        assert not hasattr(python_path.adapter, "native_records")
+        assert "dbwrap_py.native_records.v2" in repr(capsule)
+        assert python_path.adapter.native_records is None
     finally:
         python_path.close()
         native.close()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 
 from dbwrap_py.errors import DbwrapError
-from dbwrap_py.registry import builtin_names, find_adapter
+from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options
 
 NATIVE = "native"
@@ -24,7 +24,7 @@ NATIVE = "native"
 def landed_adapters(multi_process_only: bool = False) -> list[str]:
     """Built-in adapters that import, tdb first."""
     names = []
-    for name in builtin_names():
+    for name in adapter_names():
         try:
             caps = find_adapter(name).capabilities
         except DbwrapError:

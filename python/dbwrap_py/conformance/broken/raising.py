@@ -50,6 +50,6 @@ BREAKS = frozenset({
     "kv.binary-keys", "kv.values", "kv.storev", "kv.store-flags", "kv.missing",
     "traverse.counts", "traverse.read-only", "traverse.delete-all", "traverse.early-stop",
     "db.seqnum", "db.wipe", "db.check", "db.fork",
-    "lock.counter", "lock.counters", "lock.mixed", "lock.own-writes",
+    "lock.counter", "lock.counters", "lock.mixed", "lock.own-writes", "lock.handed-value",
     "lock.release-on-free", "lock.release-on-kill", "lock.fencing", "history.linearizability",
 })

@@ -1,0 +1,44 @@
+#!/bin/sh
+# make test-memcheck: the C suite, and the check that do_locked's value stays
+# valid while its callback writes, under valgrind memcheck. Any error memcheck
+# reports (an invalid read among them) fails the run and is printed.
+#
+# PYTHONMALLOC=malloc: CPython's own allocator reads memory memcheck cannot
+# follow (Python's README.valgrind); with malloc, every report is real.
+set -eu
+cd "$(dirname "$0")/.."
+logs=$(mktemp -d /tmp/dbwrap_py_memcheck.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+
+memcheck() {
+    PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no \
+        -q --log-file="$logs/%p.log" "$@"
+}
+
+failed=""
+# every run, even after a failure, so the report below covers them all
+run() {
+    "$@" || failed="$failed${failed:+, }$*"
+}
+
+# the driver prints each check's result as JSON; a failed check is a failure here
+check() {
+    out=$(memcheck build/dbwrap_check "$@" --only lock.handed-value)
+    echo "$out"
+    echo "$out" | grep -q '"result": "pass"'
+}
+
+DBWRAP_PY_PATH="$PWD/tests/fixtures" run memcheck build/test_dbwrap
+run check --native
+run check --adapter tdb
+run check --adapter tdb --option native_records=no
+
+processes=$(ls "$logs" | wc -l)
+errors=$(cat "$logs"/*.log | grep -c '^==[0-9]*== [A-Z]' || true)
+invalid=$(cat "$logs"/*.log | grep -c '^==[0-9]*== Invalid \(read\|write\)' || true)
+if [ "$errors" -ne 0 ]; then
+    cat "$logs"/*.log
+fi
+echo "memcheck: $processes processes, $errors errors, $invalid invalid reads or writes" \
+     "${failed:+; failed: $failed}"
+[ "$errors" -eq 0 ] && [ -z "$failed" ]

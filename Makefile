@@ -44,6 +44,7 @@ deps:
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
+                   $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e .

@@ -27,6 +27,17 @@ records = Extension(
     depends=["c_bridge/records_api.h"],
 )
 
+# the node cache's records in C: the owner of its local rules, and the
+# bridge's hot path for owned records (native records, without the GIL)
+nodecache_fastpath = Extension(
+    "dbwrap_py.nodecache._fastpath",
+    sources=["python/dbwrap_py/nodecache/_fastpath.c"],
+    include_dirs=["c_bridge", "adapters"],  # native_records.h; _tdb_api.h
+    depends=["c_bridge/native_records.h", "adapters/_tdb_api.h",
+             "python/dbwrap_py/nodecache/_layout.h"],
+    libraries=["tdb", "z"],
+)
+
 setup(
     name="dbwrap_py",
     version="0.1.0",
@@ -38,10 +49,11 @@ setup(
         "dbwrap_py.bench",
         "dbwrap_py.conformance",
         "dbwrap_py.conformance.broken",
+        "dbwrap_py.nodecache",
         "dbwrap_py.servers",
     ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
-    ext_modules=[records, tdb],
+    ext_modules=[records, tdb, nodecache_fastpath],
     entry_points={
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())

@@ -8,6 +8,7 @@
  */
 
 #include "_tdb.h"
+#include "_tdb_api.h"
 
 /* cls.ntstatus as a code; false with an exception set if it has none. */
 static bool ntstatus_of(PyObject *cls, uint32_t *status)
@@ -123,6 +124,20 @@ PyObject *tdb_raise(const struct tdb_error_map *map, struct tdb_context *tdb,
 	return NULL;
 }
 
+static struct tdb_context *const *records_context_slot(PyObject *records)
+{
+	if (!PyObject_TypeCheck(records, &TdbRecordsType)) {
+		PyErr_Format(PyExc_TypeError, "%s is not a tdb adapter", Py_TYPE(records)->tp_name);
+		return NULL;
+	}
+	return &((TdbRecords *)records)->tdb;
+}
+
+static const struct dbwrap_py_tdb_api api = {
+	.version = DBWRAP_PY_TDB_API_VERSION,
+	.context_slot = records_context_slot,
+};
+
 static struct PyModuleDef module = {
 	PyModuleDef_HEAD_INIT, "_tdb",
 	"The dbwrap_py tdb adapter's way into libtdb: TdbFile (one open tdb) "
@@ -132,7 +147,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tdb(void)
 {
-	PyObject *m;
+	PyObject *m, *capsule;
 
 	if (PyType_Ready(&TdbFileType) < 0 || PyType_Ready(&TdbRecordsType) < 0) {
 		return NULL;
@@ -141,8 +156,11 @@ PyMODINIT_FUNC PyInit__tdb(void)
 	if (m == NULL) {
 		return NULL;
 	}
+	capsule = PyCapsule_New((void *)&api, DBWRAP_PY_TDB_API, NULL);
 	if (PyModule_AddType(m, &TdbFileType) != 0 ||
-	    PyModule_AddType(m, &TdbRecordsType) != 0) {
+	    PyModule_AddType(m, &TdbRecordsType) != 0 ||
+	    PyModule_AddObject(m, "api", capsule) != 0) {
+		Py_XDECREF(capsule);
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -18,7 +18,7 @@ import pytest
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
-from dbwrap_py.errors import FencedOut
+from dbwrap_py.errors import FencedOut, Unavailable
 from dbwrap_py.nodecache.agent import NodeAgentProcess
 
 from test_etcd import Child
@@ -195,7 +195,7 @@ def test_a_direct_process_and_a_cached_node_exclude_each_other(backend, nodes, n
 
 def test_a_stopped_agent_hands_everything_back(backend, nodes, name):
     a, _ = nodes
-    db = open_on(backend, a, name)
+    db = open_on(backend, a, name, op_timeout="1")
     for key in (b"x", b"y", b"z"):
         put(db, key, key * 3)
     db.lock(b"z")
@@ -205,9 +205,14 @@ def test_a_stopped_agent_hands_everything_back(backend, nodes, name):
     direct = open_on(backend, None, name, op_timeout="0.5")
     assert dict(direct.traverse(write=False)) == {b"x": b"xxx", b"y": b"yyy"}
     assert backend.holdings(b"a") == 0, "the drain let go of every lock and claim"
-    # the process goes on without the cache
-    increment(db, b"n")
+    # a process that opened through the cache waits for an agent, then gives up
+    with pytest.raises(Unavailable, match="node agent"):
+        increment(db, b"n")
+    # one that opens now, with no agent serving the directory, goes to the store
+    later = open_on(backend, a, name)
+    increment(later, b"n")
     assert direct.fetch(b"n") == b"1"
+    later.close()
     direct.close()
     db.close()
 

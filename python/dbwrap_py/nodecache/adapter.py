@@ -2,10 +2,9 @@
 
 ``open_database`` puts one in front of an adapter that implements the
 protocol (``node_store``) when a volatile database is opened with
-``node_cache = write-back`` (or ``yes``) or ``write-through``. While an
-agent serves the node cache directory, every record operation goes through
-the node's cache; before the first agent started, and after one stopped
-having handed everything back, they go to the adapter directly. The adapter
+``node_cache = write-back`` (or ``yes``) or ``write-through``. When an
+agent serves the node cache directory at open, every record operation goes
+through the node's cache; else they go to the adapter directly. The adapter
 itself never branches on the cache.
 
 Options, read here and not by the adapter:
@@ -27,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dbwrap_py.adapter import Adapter, Capabilities
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache
+from dbwrap_py.nodecache.state import NodeState
 from dbwrap_py.options import Options
 
 OPTION_NAMES = ("node_cache", "node_cache_dir")
@@ -68,33 +68,43 @@ def cache_dir(options: Options, database: str) -> str:
 
 
 class CachedAdapter(Adapter):
-    """``inner``'s records on the node that uses them (see the module docstring)."""
+    """``inner``'s records on the node that uses them (see the module docstring).
+
+    Whether the cache is used is decided when the database opens: an agent
+    serves the cache directory, or not. The bridge picks its table of record
+    operations at open too, and in write-back mode the cache offers its own
+    (``native_records``: the owned records in C, no GIL). Should the agent
+    stop later, having handed everything back, calls wait for a new one and
+    then fail with Unavailable: stop smbd before the agent, as ctdb wants.
+    """
 
     def __init__(self, inner: Adapter, mode: str, directory: str) -> None:
         super().__init__(inner.spec, inner.options)
         self.inner = inner
         os.makedirs(directory, mode=0o755, exist_ok=True)  # as Samba's lock directory
-        ownership = inner.ownership()
-        self.cache = NodeCache(directory, inner.node_cache_id, ownership, mode, inner.spec.mode,
-                               ownership.op_timeout)
-        self.cache.wipe_revision = inner.wipe_revision
+        self.cache: NodeCache | None = None
+        if NodeState(directory).configured():
+            ownership = inner.ownership()
+            self.cache = NodeCache(directory, inner.node_cache_id, ownership, mode, inner.spec.mode,
+                                   ownership.op_timeout)
+            self.cache.wipe_revision = inner.wipe_revision
+            if mode == WRITE_BACK:
+                self.native_records = self.cache.records.native_records
         self.capabilities = Capabilities(
             transactions=False,
             multi_process=inner.capabilities.multi_process,
-            lock_release_seconds=0.0,  # record locks are local chainlocks
+            lock_release_seconds=0.0 if self.cache is not None else inner.capabilities.lock_release_seconds,
             max_value_size=inner.capabilities.max_value_size,
             notes=(*inner.capabilities.notes,
-                   f"node_cache = {mode}: records live on the node that uses them (moved like ctdb's)"),
+                   f"node_cache = {mode}: records live on the node that uses them (moved like ctdb's)"
+                   if self.cache is not None else
+                   "node_cache: no node agent served the cache directory at open: the store directly"),
         )
-
-    def _cached(self) -> NodeCache | None:
-        return self.cache if self.cache.agent_configured() else None
 
     # -- records ----------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        cache = self._cached()
-        return cache.get(key) if cache is not None else self.inner.get(key)
+        return self.cache.get(key) if self.cache is not None else self.inner.get(key)
 
     def exists(self, key: bytes) -> bool:
         return self.get(key) is not None
@@ -103,43 +113,39 @@ class CachedAdapter(Adapter):
         self.lock_get(key)
 
     def lock_get(self, key: bytes) -> bytes | None:
-        cache = self._cached()
-        return cache.lock_get(key) if cache is not None else self.inner.lock_get(key)
+        return self.cache.lock_get(key) if self.cache is not None else self.inner.lock_get(key)
 
     def unlock(self, key: bytes) -> None:
-        if key in self.cache.held:
+        if self.cache is not None:
             self.cache.unlock(key)
         else:
             self.inner.unlock(key)
 
     def put(self, key: bytes, value: bytes) -> None:
-        if key in self.cache.held:
+        if self.cache is not None:
             self.cache.put(key, value)
         else:
             self.inner.put(key, value)
 
     def remove(self, key: bytes) -> bool:
-        if key in self.cache.held:
-            return self.cache.remove(key)
-        return self.inner.remove(key)
+        return self.cache.remove(key) if self.cache is not None else self.inner.remove(key)
 
     def put_unlock(self, key: bytes, value: bytes) -> None:
-        if key in self.cache.held:
-            try:
-                self.cache.put(key, value)
-            finally:
-                self.cache.unlock(key)
-        else:
+        if self.cache is None:
             self.inner.put_unlock(key, value)
+            return
+        try:
+            self.cache.put(key, value)
+        finally:
+            self.cache.unlock(key)
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """The store's records, where the node owns one its own copy instead.
         Another node's records are as they were last written back."""
-        cache = self._cached()
-        if cache is None:
+        if self.cache is None:
             yield from self.inner.scan()
             return
-        owned = dict(cache.owned())
+        owned = dict(self.cache.owned())
         for key, value in self.inner.scan():
             if key not in owned:
                 yield key, value
@@ -150,12 +156,12 @@ class CachedAdapter(Adapter):
     # -- the database ---------------------------------------------------------------
 
     def seqnum(self) -> int:
-        cache = self._cached()
-        return cache.seqnum() if cache is not None else self.inner.seqnum()
+        return self.cache.seqnum() if self.cache is not None else self.inner.seqnum()
 
     def wipe(self) -> None:
         self.inner.wipe()
-        self.cache.wipe()
+        if self.cache is not None:
+            self.cache.wipe()
 
     def check(self) -> None:
         self.inner.check()
@@ -165,10 +171,12 @@ class CachedAdapter(Adapter):
 
     def after_fork(self) -> None:
         self.inner.after_fork()
-        self.cache.after_fork()
+        if self.cache is not None:
+            self.cache.after_fork()
 
     def close(self) -> None:
         try:
             self.inner.close()
         finally:
-            self.cache.close()
+            if self.cache is not None:
+                self.cache.close()

@@ -38,7 +38,7 @@ from types import TracebackType
 
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.nodecache.cache import NodeCache, local_files
-from dbwrap_py.nodecache.layout import VIA_BUCKET
+from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.options import Options
@@ -46,8 +46,9 @@ from dbwrap_py.servers import ServerError
 
 DEFAULT_TTL = 10
 #: how often the records the node's processes deleted are handed back, and
-#: how many in one go: requests wait at most for one slice
-VACUUM_SECONDS = 2.0
+#: how many that need a round trip in one go: requests wait at most for one
+#: slice (records only this node had go without one, all of them)
+VACUUM_SECONDS = 1.0
 VACUUM_SLICE = 64
 #: a request whose record is held locally is looked at again this often
 RETRY_SECONDS = 0.005
@@ -205,18 +206,23 @@ class NodeAgent:
         return found
 
     def _vacuum(self) -> None:
-        """Hand back a slice of the records the node's processes deleted."""
+        """Drop the deleted records only this node ever had (no round trip),
+        and hand back a slice of those the store must hear of."""
         lease = self._current()
         budget = VACUUM_SLICE
         for cache in self._local_caches():
             try:
                 for key, local in cache.local_records(lease.id):
-                    if budget <= 0 or not self._requests.empty():
-                        return
-                    if local.value is None and cache.hand_back(key, lease.id, self.node, wait=False,
-                                                               deleted_only=True):
+                    if local.value is not None:
+                        continue
+                    if not self._requests.empty():
+                        return  # requests first
+                    local_only = local.via_bucket and not local.flags & IN_STORE
+                    if not local_only and budget <= 0:
+                        continue
+                    if cache.hand_back(key, lease.id, self.node, wait=False, deleted_only=True):
                         self.vacuumed += 1
-                        budget -= 1
+                        budget -= 0 if local_only else 1
             except (DbwrapError, OSError) as exc:
                 _log(f"vacuum {cache.db_id!r}: {exc}")
 

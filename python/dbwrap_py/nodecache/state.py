@@ -1,7 +1,8 @@
 """The node agent's state, shared with every process of the node through mmap.
 
 The file ``<node_cache_dir>/node.state`` holds, at fixed offsets (the C
-fast path reads the same layout, c_bridge/../nodecache_state.h):
+reader, ``_fastpath.State``, has the same layout in ``_layout.h``; this
+module writes it):
 
 * a header: magic, a sequence counter (odd while the agent writes), the
   agent's pid, the node lease, until when the lease is surely alive on
@@ -23,9 +24,10 @@ import mmap
 import os
 import struct
 import threading
-import time
 import zlib
 from pathlib import Path
+
+from dbwrap_py.nodecache import _fastpath
 
 STATE_FILE = "node.state"
 MAGIC = b"DBWN"
@@ -35,8 +37,6 @@ WANTED_OFFSET = 128
 WANTED_SLOTS = 1024
 SIZE = WANTED_OFFSET + 8 * WANTED_SLOTS
 _SEQ_OFFSET = 4
-#: how often a process looks for a (re)started agent when none is live
-RECHECK_SECONDS = 0.5
 RUNNING, DRAINING, STOPPED = 0, 1, 2
 
 FREE = 0
@@ -58,115 +58,11 @@ def _probe(h: int) -> list[int]:
     return [(start + i) % WANTED_SLOTS for i in range(PROBES)]
 
 
-class NodeState:
-    """A process's view of the agent's state."""
-
-    def __init__(self, cache_dir: str | Path) -> None:
-        self.path = Path(cache_dir) / STATE_FILE
-        self._map: mmap.mmap | None = None
-        self._inode = -1
-        self._next_check = 0.0
-        # now, while smbd is still root: its client processes switch to the
-        # user's uid, and a later first open could be refused
-        self._reopen()
-
-    def configured(self) -> bool:
-        """Whether an agent serves this cache directory: running, restarting,
-        or late with its lease. Not before the first one started, nor after
-        one stopped (having handed everything back)."""
-        if self._map is None and not self._reopen():
-            return False
-        status = self._header()[5]
-        if status == STOPPED:
-            self._reopen()  # a new agent may have replaced the file
-            status = self._header()[5]
-        return status != STOPPED
-
-    def current(self) -> tuple[int, bytes]:
-        """(lease id, node name) to take new records under, else (0, b"")."""
-        lease_id, name, status = self._live()
-        return (0, b"") if status != RUNNING else (lease_id, name)
-
-    def lease(self) -> int:
-        """The node lease while it is surely alive (draining or not), else 0."""
-        return self._live()[0]
-
-    def node_name(self) -> bytes:
-        """The node's name, live lease or not."""
-        if self._map is None and not self._reopen():
-            return b""
-        return self._header()[6].rstrip(b"\0")
-
-    def agent_pid(self) -> int:
-        self._reopen()
-        return self._header()[2] if self._map is not None else 0
-
-    def wanted(self, db_id: bytes, key: bytes) -> bool:
-        """Whether another node waits for this record (one probe sequence, no lock)."""
-        mapped = self._map
-        if mapped is None:
-            return False
-        h = record_hash(db_id, key)
-        for slot in _probe(h):
-            value = struct.unpack_from("<Q", mapped, WANTED_OFFSET + 8 * slot)[0]
-            if value == h:
-                return True
-            if value == FREE:
-                return False
-        return False
-
-    def _header(self) -> tuple:
-        """A consistent copy: retried while the agent is writing (odd counter)."""
-        mapped = self._map
-        for attempt in range(10000):
-            fields = HEADER.unpack_from(mapped)
-            if fields[1] & 1 == 0 and struct.unpack_from("<I", mapped, _SEQ_OFFSET)[0] == fields[1]:
-                return fields
-            if attempt > 8:
-                time.sleep(0)  # the writer was descheduled mid-write: let it finish
-        return fields
-
-    def _live(self) -> tuple[int, bytes, int]:
-        now = time.monotonic()
-        live = self._read(now)
-        if live[0] or now < self._next_check:
-            return live
-        self._next_check = now + RECHECK_SECONDS
-        if self._reopen():
-            return self._read(now)
-        return live
-
-    def _read(self, now: float) -> tuple[int, bytes, int]:
-        if self._map is None:
-            return 0, b"", 0
-        magic, _seq, _pid, lease_id, valid_until, draining, name = self._header()
-        if magic != MAGIC or now >= valid_until:
-            return 0, b"", 0
-        return lease_id, name.rstrip(b"\0"), draining
-
-    def _reopen(self) -> bool:
-        """Map the state file again if the agent replaced it (a restart)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return False
-        try:
-            st = os.fstat(fd)
-            if st.st_ino == self._inode or st.st_size < SIZE:
-                return False
-            mapped = mmap.mmap(fd, SIZE, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        if self._map is not None:
-            self._map.close()
-        self._map, self._inode = mapped, st.st_ino
-        return True
-
-    def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-            self._inode = -1
+#: a process's view of the agent's state: the C reader (_fastpath.c), which
+#: the fast path uses too. current() -> (lease, node name) to take new records
+#: under, else (0, b""); lease() -> the node lease while surely alive;
+#: configured(); node_name(); agent_pid(); wanted(db_id, key); close().
+NodeState = _fastpath.State
 
 
 class StateWriter:

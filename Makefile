@@ -181,7 +181,7 @@ bench-etcd: all
 # in turn, one long-lived smbd and node agent); stops at the first failed
 # point and prints what explains it. Not part of make test.
 soak-etcd: all
-	$(VPY) -m dbwrap_py.cli soak --points 500 --nprocs 1,16 --time 3
+	$(VPY) -m dbwrap_py.cli soak --adapter etcd --points 500 --nprocs 1,16 --time 3
 
 clean:
 	rm -rf $(BUILD)

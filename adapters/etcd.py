@@ -738,6 +738,42 @@ class EtcdAdapter(Adapter):
             return None
         return _throwaway_etcd(options)
 
+    @classmethod
+    def diagnose(cls, options: Mapping[str, str], shown: int = 5) -> list[str]:
+        """Pending release requests in full; record locks, bucket claims and
+        detached marks counted per database and holder, a few of each shown;
+        and a throwaway cluster's log."""
+        from dbwrap_py.servers.etcd import RUNNING
+
+        parsed = Options(dict(options))
+        config = _Config.from_options(parsed)
+        prefix = parsed.get_str("prefix", DEFAULT_PREFIX).strip("/").encode() + b"/"
+        session = _Session(config)
+        try:
+            reply = session.transport.call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))},
+                                           time.monotonic() + config.op_timeout, True)
+        finally:
+            session.close()
+        requests, groups = [], {}
+        for kv in reply.get("kvs", []):
+            key, value, lease = _unb64(kv["key"]), _unb64(kv.get("value")), int(kv.get("lease", 0))
+            if b"/_nodes/" in key and b"/r/" in key:
+                requests.append(f"release request {key!r} (requester's lease {lease:x})")
+                continue
+            kind = next((name for part, name in ((b"/l/", "lock"), (b"/b/", "bucket claim"),
+                                                 (b"/x/", "detached mark")) if part in key), None)
+            if kind is not None:
+                db = key[len(prefix):].split(b"/", 1)[0]
+                groups.setdefault((db, kind, value), []).append(f"{key!r} lease {lease:x}")
+        lines = requests or ["(no release requests)"]
+        for (db, kind, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
+            lines.append(f"{len(keys)} {kind}(s) of {db!r} held by {holder!r}")
+            lines.extend(f"  {k}" for k in keys[:shown])
+        cluster = RUNNING.get(config_endpoints(options))
+        if cluster is not None:
+            lines += ["etcd's log (last lines):", *cluster.log_tail(20).splitlines()]
+        return lines
+
     # -- the node cache (dbwrap_py.nodecache.protocol) ------------------------
 
     @classmethod
@@ -756,6 +792,10 @@ class EtcdAdapter(Adapter):
             return self._call(path, body, self._deadline(), idempotent)
 
         return EtcdOwnership(call, self.keys, self.config.op_timeout)
+
+
+def config_endpoints(options: Mapping[str, str]) -> str:
+    return str(options.get("endpoints", ""))
 
 
 @contextmanager

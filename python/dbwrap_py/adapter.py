@@ -203,6 +203,12 @@ class Adapter(abc.ABC):
         return cls.capabilities
 
     @classmethod
+    def diagnose(cls, options: Mapping[str, str]) -> list[str]:
+        """Lines that say what the backend holds now (locks, claims, requests,
+        a throwaway server's log), for a failed soak to print. Optional."""
+        return []
+
+    @classmethod
     def throwaway_server(
         cls, options: Mapping[str, str]
     ) -> AbstractContextManager[dict[str, str]] | None:

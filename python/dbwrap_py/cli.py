@@ -12,7 +12,7 @@
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
-  dbwrap-py soak [--points N]              etcd node cache: path-contention points until one fails
+  dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails
   dbwrap-py bench smb [--adapters A,...]   path-contention-shared sweep, every adapter against native tdb
   dbwrap-py bench micro                    per-operation p50/p99 through the bridge, YCSB-style mixes
   dbwrap-py bench memory                   RSS and PSS per smbd client process, native against bridged
@@ -306,7 +306,7 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     from dbwrap_py.soak import soak
 
     nprocs = [int(n) for n in args.nprocs.split(",")]
-    result = soak(args.points, nprocs, args.time, _adapter_options(args.option),
+    result = soak(args.adapter, args.points, nprocs, args.time, _adapter_options(args.option),
                   after_failure=args.after_failure)
     if result.ok:
         print(f"soak: {result.points} points, none failed")
@@ -509,14 +509,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")
     demo.add_argument("--time", type=int, default=5)
     demo.add_argument("--nprocs", type=int, default=4)
-    soak_cmd = sub.add_parser("soak", help="etcd node cache: path-contention points until one fails")
+    soak_cmd = sub.add_parser("soak", help="node cache: path-contention points until one fails")
+    soak_cmd.add_argument("--adapter", default="etcd", help="an adapter with the node cache")
     soak_cmd.add_argument("--points", type=int, default=500)
     soak_cmd.add_argument("--nprocs", default="1,16", help="connection counts, in turn")
     soak_cmd.add_argument("--time", type=int, default=3, help="seconds per point")
     soak_cmd.add_argument("--after-failure", type=int, default=2,
                           help="points run after a failure, to see whether it stays")
     soak_cmd.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
-                          help="etcd adapter option (repeatable)")
+                          help="adapter option (repeatable); give an endpoint and node_cache_dir"
+                               " to soak your own deployment")
     soak_cmd.set_defaults(fn=_cmd_soak)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)

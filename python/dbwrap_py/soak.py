@@ -1,25 +1,28 @@
 """Soak: path-contention points against one long-lived bridged Samba, until one fails.
 
 A benchmark sweep measures a few points; a wedge (a record lock nobody
-releases) shows only after many. ``soak()`` keeps one throwaway etcd, one
-node agent and one bridged smbd up, runs ``smb2.bench.path-contention-shared``
-point after point (the connection counts alternate), and stops at the first
-failed point. It then says everything that explains it: the cause lines
-(smbd's log, smbtorture), the agent's and etcd's logs, the lock keys etcd
-holds, which processes hold locks on the node's local tdb files and where
-they are blocked, and whether the next points fail too (a wedge stays).
+releases) shows only after many. ``soak()`` keeps one backend (the
+adapter's throwaway server), one node agent and one bridged smbd with the
+node cache up, runs ``smb2.bench.path-contention-shared`` point after
+point (the connection counts alternate), and stops at the first failed
+point. It then says everything that explains it: the cause lines (smbd's
+log, smbtorture), what the backend holds (the adapter's ``diagnose``:
+locks, claims, release requests, its server's log), which processes hold
+locks on the node's local tdb files and where they are blocked, smbd's and
+the agent's logs, and whether the next points fail too (a wedge stays).
 """
 
 from __future__ import annotations
 
-import base64
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import ThrowawaySamba
+from dbwrap_py.servers import backend_options
 from dbwrap_py.smbtorture import Rates, path_contention, setup_for
 
 _TAIL = 40
@@ -29,7 +32,7 @@ _TAIL = 40
 class SoakResult:
     points: int = 0
     failed_at: int | None = None
-    #: opens/s of the points measured, in order
+    #: (connections, opens/s) of the points measured, in order
     rates: list[tuple[int, float]] = field(default_factory=list)
     #: the report printed at the first failure
     report: list[str] = field(default_factory=list)
@@ -44,33 +47,6 @@ def _tail(path: Path, lines: int = _TAIL) -> list[str]:
         return path.read_text(errors="replace").splitlines()[-lines:]
     except OSError as exc:
         return [f"({path}: {exc})"]
-
-
-def etcd_lock_keys(cluster, prefix: str = "dbwrap_py/", shown: int = 5) -> list[str]:
-    """The record locks etcd holds, counted per database and holder, a few of
-    each shown; and every pending release request in full."""
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    reply = cluster.gateway("/v3/kv/range", {"key": b64(prefix.encode()),
-                                             "range_end": b64(end.encode())})
-    requests, groups = [], {}
-    for kv in reply.get("kvs", []):
-        key = base64.b64decode(kv["key"])
-        holder = base64.b64decode(kv.get("value", ""))
-        lease = int(kv.get("lease", 0))
-        if b"/_nodes/" in key and b"/r/" in key:
-            requests.append(f"release request {key!r} (requester's lease {lease:x})")
-        elif b"/l/" in key:
-            db = key.split(b"/l/", 1)[0].rsplit(b"/", 1)[-1]
-            groups.setdefault((db, holder), []).append(
-                f"{key!r} lease {lease:x} created at revision {kv.get('create_revision')}")
-    lines = requests or ["(no release requests)"]
-    for (db, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
-        lines.append(f"{len(keys)} lock keys of {db!r} held by {holder!r}")
-        lines.extend(f"  {k}" for k in keys[:shown])
-    return lines or ["(no record lock keys)"]
 
 
 def local_lock_holders(folder: Path) -> list[str]:
@@ -115,49 +91,44 @@ def _backtraces(pids: Sequence[int]) -> list[str]:
     return lines
 
 
-def soak(points: int, nprocs: Sequence[int], seconds: int, options: Mapping[str, str],
-         after_failure: int = 2, say: Callable[[str], None] = print) -> SoakResult:
-    """Up to ``points`` points on etcd with the node cache; stop at the first failure."""
-    from dbwrap_py.adapters.etcd import EtcdAdapter
-    from dbwrap_py.nodecache.agent import NodeAgentProcess
-    from dbwrap_py.servers.etcd import EtcdCluster
-
+def soak(adapter: str, points: int, nprocs: Sequence[int], seconds: int,
+         options: Mapping[str, str], after_failure: int = 2,
+         say: Callable[[str], None] = print) -> SoakResult:
+    """Up to ``points`` points with the node cache on ``adapter``; stop at the first failure."""
     result = SoakResult()
-    with EtcdCluster(nodes=1) as cluster:
-        reach = {**options, "endpoints": cluster.endpoints}
-        agent_options = {k: v for k, v in reach.items() if k in EtcdAdapter.option_names}
-        with NodeAgentProcess("etcd", agent_options) as agent:
-            adapter_options = {**reach, "node_cache": "yes", "node_cache_dir": str(agent.cache_dir)}
-            with ThrowawaySamba(setup_for("bridge", "etcd", adapter_options)) as samba:
-                for index in range(points):
-                    n = nprocs[index % len(nprocs)]
-                    start = samba.log_position()
-                    rates = path_contention(samba, n, seconds)
-                    result.points += 1
-                    result.rates.append((n, rates.opens_per_second))
-                    say(f"point {index + 1}/{points}: {n} connections,"
-                        f" {rates.opens_per_second:.0f} opens/s{'' if rates.ok else '  FAILED'}")
-                    if not rates.ok:
-                        result.failed_at = index
-                        result.report = _report(index, n, rates, samba, start, agent, cluster,
-                                                seconds, nprocs, after_failure)
-                        for line in result.report:
-                            say(line)
-                        break
+    with backend_options(adapter, {"node_cache": "yes", **options}) as reach:
+        cache_dir = Path(reach["node_cache_dir"])
+        with ThrowawaySamba(setup_for("bridge", adapter, reach)) as samba:
+            for index in range(points):
+                n = nprocs[index % len(nprocs)]
+                start = samba.log_position()
+                rates = path_contention(samba, n, seconds)
+                result.points += 1
+                result.rates.append((n, rates.opens_per_second))
+                say(f"point {index + 1}/{points}: {n} connections,"
+                    f" {rates.opens_per_second:.0f} opens/s{'' if rates.ok else '  FAILED'}")
+                if not rates.ok:
+                    result.failed_at = index
+                    result.report = _report(adapter, reach, index, n, rates, samba, start, cache_dir,
+                                            seconds, nprocs, after_failure)
+                    for line in result.report:
+                        say(line)
+                    break
     return result
 
 
-def _report(index: int, n: int, rates: Rates, samba: ThrowawaySamba, log_start: int, agent,
-            cluster, seconds: int, nprocs: Sequence[int], after_failure: int) -> list[str]:
+def _report(adapter: str, options: Mapping[str, str], index: int, n: int, rates: Rates,
+            samba: ThrowawaySamba, log_start: int, cache_dir: Path, seconds: int,
+            nprocs: Sequence[int], after_failure: int) -> list[str]:
     lines = [f"== point {index + 1} failed ({n} connections): why"]
     lines += [f"   {c}" for c in rates.cause]
-    lines += ["== record lock keys in etcd now"] + [f"   {l}" for l in etcd_lock_keys(cluster)]
+    lines += [f"== what {adapter} holds now"]
+    lines += [f"   {l}" for l in find_adapter(adapter).diagnose(options)]
     lines += ["== locks on the node's local tdb files now"]
-    lines += [f"   {l}" for l in local_lock_holders(agent.cache_dir)]
+    lines += [f"   {l}" for l in local_lock_holders(cache_dir)]
     lines += ["== smbd's log during the point (last lines)"]
     lines += [f"   {l}" for l in samba.log_since(log_start).splitlines()[-_TAIL:]]
-    lines += ["== the node agent's log (last lines)"] + [f"   {l}" for l in _tail(agent.log)]
-    lines += ["== etcd's log (last lines)"] + [f"   {l}" for l in cluster.log_tail(_TAIL).splitlines()]
+    lines += ["== the node agent's log (last lines)"] + [f"   {l}" for l in _tail(cache_dir / "agent.log")]
     for extra in range(after_failure):  # does it stay failed, as a wedge would?
         m = nprocs[(index + 1 + extra) % len(nprocs)]
         again = path_contention(samba, m, seconds)

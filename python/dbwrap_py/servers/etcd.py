@@ -79,6 +79,11 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+#: the throwaway clusters running in this process, by their endpoints (for
+#: diagnostics: a failed soak shows their logs)
+RUNNING: dict[str, "EtcdCluster"] = {}
+
+
 class EtcdError(ServerError):
     """The throwaway etcd could not be started."""
 
@@ -213,6 +218,7 @@ class EtcdCluster:
                 for i in range(self.nodes):
                     self._spawn(i, state="new")
                 self.wait_healthy()
+                RUNNING[self.endpoints] = self
                 return
             except EtcdError as exc:
                 last_error = exc
@@ -224,6 +230,8 @@ class EtcdCluster:
 
     def stop(self) -> None:
         """Stop every member by PID, then remove the temporary directory."""
+        if self._members:
+            RUNNING.pop(self.endpoints, None)
         for i in range(len(self._members)):
             self._terminate(i)
         if self.root is not None:

@@ -1,7 +1,8 @@
 #!/bin/sh
-# make test-memcheck: the C suite, and the check that do_locked's value stays
-# valid while its callback writes, under valgrind memcheck. Any error memcheck
-# reports (an invalid read among them) fails the run and is printed.
+# make test-memcheck: the C suite, the check that do_locked's value stays
+# valid while its callback writes, and the node cache's fast path, under
+# valgrind memcheck. Any error memcheck reports (an invalid read among them)
+# fails the run and is printed.
 #
 # PYTHONMALLOC=malloc: CPython's own allocator reads memory memcheck cannot
 # follow (Python's README.valgrind); with malloc, every report is real.
@@ -28,12 +29,24 @@ check() {
     echo "$out" | grep -q '"result": "pass"'
 }
 
+# the node cache's fast path in C, through the bridge: etcd and its node agent
+# run outside valgrind (the conformance runner starts them), the driver inside
+cached() {
+    PYTHONMALLOC=malloc DBWRAP_PY_CHECK_PREFIX="valgrind --tool=memcheck --trace-children=yes \
+        --leak-check=no -q --log-file=$logs/%p.log" \
+        .venv/bin/python -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes \
+        --only lock.handed-value --only lock.counter --only lock.own-writes --only kv.missing \
+        | tee "$logs/cached.out"
+    grep -q "4 passed, 0 failed" "$logs/cached.out"
+}
+
 DBWRAP_PY_PATH="$PWD/tests/fixtures" run memcheck build/test_dbwrap
 run check --native
 run check --adapter tdb
 run check --adapter tdb --option native_records=no
+run cached
 
-processes=$(ls "$logs" | wc -l)
+processes=$(ls "$logs"/*.log | wc -l)
 errors=$(cat "$logs"/*.log | grep -c '^==[0-9]*== [A-Z]' || true)
 invalid=$(cat "$logs"/*.log | grep -c '^==[0-9]*== Invalid \(read\|write\)' || true)
 if [ "$errors" -ne 0 ]; then

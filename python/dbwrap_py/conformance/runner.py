@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -113,7 +114,8 @@ def run_suite(
     if pythonpath:
         env["DBWRAP_PY_PATH"] = os.pathsep.join(
             [*pythonpath, *filter(None, [env.get("DBWRAP_PY_PATH")])])
-    args = [str(driver_path())]
+    # DBWRAP_PY_CHECK_PREFIX: a command to run the driver under (make test-memcheck: valgrind)
+    args = [*shlex.split(os.environ.get("DBWRAP_PY_CHECK_PREFIX", "")), str(driver_path())]
     checker = checker_path()
     if checker is not None:
         args.append(f"--checker={checker}")

@@ -57,6 +57,7 @@ import json
 import os
 import socket
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -737,6 +738,23 @@ class EtcdAdapter(Adapter):
         if options.get("endpoints"):
             return None
         return _throwaway_etcd(options)
+
+    @classmethod
+    def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
+        """Requests etcd has handled, by gRPC method (its /metrics:
+        grpc_server_handled_total), summed over every member; {} over TLS."""
+        totals: dict[str, int] = {}
+        for endpoint in config_endpoints(options).split(","):
+            if not endpoint or endpoint.startswith("https://"):
+                return {}
+            url = (endpoint if "://" in endpoint else "http://" + endpoint) + "/metrics"
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                text = reply.read().decode()
+            for line in text.splitlines():
+                if line.startswith("grpc_server_handled_total{"):
+                    method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
+                    totals[method] = totals.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return totals
 
     @classmethod
     def diagnose(cls, options: Mapping[str, str], shown: int = 5) -> list[str]:

@@ -29,13 +29,41 @@ struct backend {
 /* the tdb adapter through its Python methods instead of native records */
 static const char *const python_path[] = { "native_records=no", NULL };
 
-static const struct backend backends[] = {
+static struct backend backends[] = {
 	{ "native-tdb", NULL, NULL },
 	{ "bridge+tdb", "tdb", NULL },
 	{ "bridge+tdb-py", "tdb", python_path },
 	{ "bridge+memory", "memory", NULL },
+	/*
+	 * "bridge+extra": DBWRAP_PY_BENCH_ADAPTER with the options in
+	 * DBWRAP_PY_BENCH_OPTIONS (K=V,K=V), e.g. etcd with the node cache on a
+	 * throwaway etcd and agent that `dbwrap-py bench instructions` starts
+	 */
+	{ NULL, NULL, NULL },
 };
 #define NUM_BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+/* The extra backend from the environment; false (and not listed) without one. */
+static bool extra_backend(TALLOC_CTX *mem)
+{
+	const char *adapter = getenv("DBWRAP_PY_BENCH_ADAPTER");
+	const char *options = getenv("DBWRAP_PY_BENCH_OPTIONS");
+	char **list, *copy, *next;
+	size_t n = 0;
+
+	if (adapter == NULL) {
+		return false;
+	}
+	copy = talloc_strdup(mem, options != NULL ? options : "");
+	list = talloc_zero_array(mem, char *, strlen(copy) + 2);
+	for (next = strtok(copy, ","); next != NULL; next = strtok(NULL, ",")) {
+		list[n++] = next;
+	}
+	backends[NUM_BACKENDS - 1] = (struct backend) {
+		"bridge+extra", adapter, (const char *const *)list,
+	};
+	return true;
+}
 
 enum op { OP_PARSE, OP_STORE, OP_DO_LOCKED_3BUF, OP_FETCH_LOCKED_STORE, NUM_OPS };
 static const char *op_names[NUM_OPS] = {
@@ -224,10 +252,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(ns, 0, sizeof(ns));
+	(void)extra_backend(mem);
 	for (b = 0; b < NUM_BACKENDS; b++) {
 		struct db_context *db;
 
-		if (only != NULL && strcmp(only, backends[b].name) != 0) {
+		if (backends[b].name == NULL ||
+		    (only != NULL && strcmp(only, backends[b].name) != 0)) {
 			continue;
 		}
 		db = open_backend(mem, &backends[b], dir);
@@ -248,7 +278,7 @@ int main(int argc, char **argv)
 
 	printf("%-30s", "ns per call");
 	for (b = 0; b < NUM_BACKENDS; b++) {
-		printf(" %22s", backends[b].name);
+		printf(" %22s", backends[b].name != NULL ? backends[b].name : "-");
 	}
 	printf("\n");
 	for (op = 0; op < NUM_OPS; op++) {
@@ -266,6 +296,9 @@ int main(int argc, char **argv)
 	if (json_path != NULL && (json = fopen(json_path, "w")) != NULL) {
 		fprintf(json, "{\"iterations\": %d, \"ns_per_call\": {", n);
 		for (b = 0; b < NUM_BACKENDS; b++) {
+			if (backends[b].name == NULL) {
+				continue;
+			}
 			fprintf(json, "%s\"%s\": {", b ? ", " : "", backends[b].name);
 			for (op = 0; op < NUM_OPS; op++) {
 				fprintf(json, "%s\"%s\": %.1f", op ? ", " : "",

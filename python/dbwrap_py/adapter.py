@@ -203,6 +203,12 @@ class Adapter(abc.ABC):
         return cls.capabilities
 
     @classmethod
+    def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
+        """The backend's own request counters (name -> total so far), for the
+        benchmarks to report requests per SMB2 open+close. Optional."""
+        return {}
+
+    @classmethod
     def diagnose(cls, options: Mapping[str, str]) -> list[str]:
         """Lines that say what the backend holds now (locks, claims, requests,
         a throwaway server's log), for a failed soak to print. Optional."""

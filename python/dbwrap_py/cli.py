@@ -331,8 +331,10 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
               + ", ".join(b.label for b in backends))
         with SweepProgress(len(backends), nprocs, args.rounds, args.time) as progress:
             def done(p: smb.Point) -> None:
+                store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(p.store_requests.items())
+                                if kind not in ("LeaseKeepAlive",))
                 progress.done(p.nprocs, f"  nprocs={p.nprocs:<4} {p.mode:<22} "
-                              f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms"
+                              f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms{store}"
                               + ("" if p.ok else "  FAILED\n" + "\n".join(
                                   f"      {line}" for line in p.failure_lines())))
 
@@ -430,7 +432,9 @@ def _cmd_bench_instructions(args: argparse.Namespace) -> int:
         print(f"{binary} is missing: run make build/bench_bridge", file=sys.stderr)
         return 2
     try:
-        results = instructions.measure(binary, args.backends.split(","), args.iterations)
+        extra = (args.extra, _adapter_options(args.option)) if args.extra else None
+        results = instructions.measure(binary, [b for b in args.backends.split(",") if b],
+                                       args.iterations, extra)
     except instructions.InstructionsError as exc:
         print(f"bench instructions: {exc}", file=sys.stderr)
         return 1
@@ -544,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     instr.add_argument("--backends", default=",".join(("native-tdb", "bridge+tdb", "bridge+tdb-py",
                                                        "bridge+memory")))
     instr.add_argument("--iterations", type=int, default=2000)
+    instr.add_argument("--extra", metavar="ADAPTER",
+                       help="also this adapter (its throwaway server started), with -o options")
+    instr.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                       help="an option of --extra's adapter (repeatable)")
     instr.add_argument("--json", default="results/bench-instructions.json")
     instr.set_defaults(fn=_cmd_bench_instructions)
     for cmd in (smb, micro, memory):

@@ -50,7 +50,8 @@ def inclusive_costs(annotated: str) -> dict[str, int]:
     return costs
 
 
-def count(binary: Path, backend: str, iterations: int) -> dict[str, float]:
+def count(binary: Path, backend: str, iterations: int,
+          env: dict[str, str] | None = None) -> dict[str, float]:
     """Instructions per call of each operation on one backend."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         raise InstructionsError("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -58,7 +59,7 @@ def count(binary: Path, backend: str, iterations: int) -> dict[str, float]:
         out = Path(tmp) / "callgrind.out"
         # A fixed hash seed and no address randomization: the Python path's
         # dict probing then repeats, and so does the count, to the instruction.
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        env = dict(os.environ, PYTHONHASHSEED="0", **(env or {}))
         run = subprocess.run(
             ["setarch", platform.machine(), "-R", "valgrind", "--tool=callgrind",
              f"--callgrind-out-file={out}", str(binary), str(iterations), "-", backend],
@@ -77,9 +78,21 @@ def count(binary: Path, backend: str, iterations: int) -> dict[str, float]:
     return {label: costs[function] / n for label, function in OPERATIONS.items()}
 
 
-def measure(binary: Path, backends: Sequence[str] = BACKENDS,
-            iterations: int = 2000) -> dict[str, dict[str, float]]:
-    return {backend: count(binary, backend, iterations) for backend in backends}
+def measure(binary: Path, backends: Sequence[str] = BACKENDS, iterations: int = 2000,
+            extra: tuple[str, dict[str, str]] | None = None) -> dict[str, dict[str, float]]:
+    """Each backend; ``extra`` adds an adapter with options (its throwaway
+    server, and node agent, started for it) as bench_bridge's bridge+extra."""
+    results = {backend: count(binary, backend, iterations) for backend in backends}
+    if extra is not None:
+        from dbwrap_py.servers import backend_options
+
+        adapter, options = extra
+        with backend_options(adapter, options) as reach:
+            env = {"DBWRAP_PY_BENCH_ADAPTER": adapter,
+                   "DBWRAP_PY_BENCH_OPTIONS": ",".join(f"{k}={v}" for k, v in reach.items())}
+            label = f"bridge+{adapter}" + "".join(f" {k}={v}" for k, v in options.items())
+            results[label] = count(binary, "bridge+extra", iterations, env)
+    return results
 
 
 def table_lines(results: dict[str, dict[str, float]]) -> list[str]:

@@ -45,6 +45,8 @@ class Point:
     round_index: int = 0
     #: why the point failed, one cause per line (smbd's log, smbtorture), else empty
     error: str = ""
+    #: the backend's own requests per open+close, by kind (Adapter.store_counters)
+    store_requests: dict[str, float] = field(default_factory=dict)
 
     def failure_lines(self) -> list[str]:
         return self.error.splitlines()
@@ -136,6 +138,14 @@ class Backend:
     def label(self) -> str:
         return NATIVE if self.adapter is None else f"bridge+{self.adapter}"
 
+    def counters(self) -> dict[str, int]:
+        """The backend's own request counters (none for native tdb)."""
+        if self.adapter is None:
+            return {}
+        from dbwrap_py.registry import find_adapter
+
+        return find_adapter(self.adapter).store_counters(self.options)
+
     def setup(self) -> SambaSetup:
         if self.adapter is None:
             return setup_for("native")
@@ -143,10 +153,18 @@ class Backend:
 
 
 def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
-            round_index: int) -> Point:
-    """One point; a failed or hung run gives a failed point with its cause."""
-    point = _point(label, nprocs, path_contention(samba, nprocs, seconds))
+            round_index: int, counters: Callable[[], dict[str, int]] = dict) -> Point:
+    """One point; a failed or hung run gives a failed point with its cause.
+    ``counters`` gives the backend's request counters before and after."""
+    before = counters()
+    rates = path_contention(samba, nprocs, seconds)
+    after = counters()
+    point = _point(label, nprocs, rates)
     point.round_index = round_index
+    opens = sum(rates.opens)
+    if opens:
+        point.store_requests = {kind: round((after[kind] - before.get(kind, 0)) / opens, 4)
+                                for kind in after if after[kind] != before.get(kind, 0)}
     return point
 
 
@@ -171,11 +189,12 @@ def sweep(backends: Sequence[Backend], nprocs: Sequence[int], seconds: int, roun
     points: list[Point] = []
     with ExitStack() as stack:
         sambas = start_sambas(stack, backends, on_error)
+        counters = {b.label: b.counters for b in backends}
         for n in nprocs:
             for round_index in range(rounds):
                 for label, samba in sambas.items():
                     on_start(label, n)
-                    point = measure(samba, label, n, seconds, round_index)
+                    point = measure(samba, label, n, seconds, round_index, counters[label])
                     points.append(point)
                     on_point(point)
     return points

@@ -35,7 +35,7 @@ nodecache_fastpath = Extension(
     include_dirs=["c_bridge", "adapters"],  # native_records.h; _tdb_api.h
     depends=["c_bridge/native_records.h", "adapters/_tdb_api.h",
              "python/dbwrap_py/nodecache/_layout.h"],
-    libraries=["tdb", "z"],
+    libraries=["tdb", "talloc", "z"],
 )
 
 setup(

@@ -138,11 +138,28 @@ static const struct dbwrap_py_tdb_api api = {
 	.context_slot = records_context_slot,
 };
 
+/* tdb's own test (it forks a child); the caller keeps the answer. */
+static PyObject *robust_mutexes(PyObject *module, PyObject *unused)
+{
+	bool supported;
+
+	Py_BEGIN_ALLOW_THREADS
+	supported = tdb_runtime_check_for_robust_mutexes();
+	Py_END_ALLOW_THREADS
+	return PyBool_FromLong(supported);
+}
+
+static PyMethodDef module_methods[] = {
+	{ "robust_mutexes", robust_mutexes, METH_NOARGS,
+	  "robust_mutexes() -> bool: whether TDB_MUTEX_LOCKING works here" },
+	{ NULL }
+};
+
 static struct PyModuleDef module = {
 	PyModuleDef_HEAD_INIT, "_tdb",
 	"The dbwrap_py tdb adapter's way into libtdb: TdbFile (one open tdb) "
 	"and TdbRecords (the adapter's record operations).",
-	-1, NULL, NULL, NULL, NULL, NULL,
+	-1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__tdb(void)

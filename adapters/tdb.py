@@ -48,6 +48,7 @@ import errno
 import os
 import struct
 from dataclasses import dataclass
+from functools import cache
 
 from dbwrap_py.adapter import TDB_SEQNUM, Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import (
@@ -64,7 +65,7 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.options import Options
 
-from ._tdb import TdbFile, TdbRecords
+from ._tdb import TdbFile, TdbRecords, robust_mutexes
 
 # enum TDB_ERROR (tdb.h)
 TDB_ERR_CORRUPT = 1
@@ -99,6 +100,12 @@ _ERROR_CLASSES: dict[int, type[DbwrapError]] = {
     TDB_ERR_NESTING: NotSupported,
     TDB_CLOSED: Unavailable,
 }
+
+
+@cache
+def mutexes_supported() -> bool:
+    """Whether TDB_MUTEX_LOCKING works here (tdb's runtime check, asked once)."""
+    return robust_mutexes()
 
 
 def _open_error(exc: OSError, spec: DatabaseSpec) -> DbwrapError:

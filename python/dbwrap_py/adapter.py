@@ -36,6 +36,8 @@ from dbwrap_py.options import Options
 # tdb_flags bits that matter to backends (lib/tdb/include/tdb.h).
 TDB_CLEAR_IF_FIRST = 1
 TDB_SEQNUM = 128
+TDB_INCOMPATIBLE_HASH = 2048
+TDB_MUTEX_LOCKING = 4096
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,26 @@ def _timed_lock(db: Database, key: bytes) -> tuple[bytes | None, float]:
     return value, at
 
 
+def test_a_lock_held_past_the_lease_costs_the_node_nothing(backend, nodes, name):
+    """The agent's vacuum scans the local records meanwhile and waits on the
+    held chain; its keepalive must go on, or every record of the node would
+    be void and the holder's write refused."""
+    from dbwrap_py.nodecache.state import NodeState
+
+    a, _ = nodes
+    state = NodeState(str(a.cache_dir))
+    db = open_on(backend, a, name)
+    put(db, b"slow", b"1")
+    lease_before = state.current()[0]
+    db.lock(b"slow")
+    time.sleep(3 * TTL)  # several vacuums' worth
+    db.unlock(b"slow", b"2")
+    assert state.current()[0] == lease_before, "the node lost its lease while a lock was held"
+    assert db.fetch(b"slow") == b"2"
+    state.close()
+    db.close()
+
+
 def test_a_direct_process_and_a_cached_node_exclude_each_other(backend, nodes, name):
     """Without the cache, a process still waits for a node's ownership and sees its writes."""
     a, _ = nodes

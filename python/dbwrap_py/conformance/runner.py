@@ -102,6 +102,16 @@ def _parse(out: str) -> list[CheckResult]:
     return results
 
 
+def _agent_log(options: Mapping[str, str]) -> str:
+    """A throwaway node agent's log, read before its directory goes."""
+    cache_dir = options.get("node_cache_dir")
+    log = Path(cache_dir) / "agent.log" if cache_dir else None
+    if log is None or not log.exists():
+        return ""
+    text = log.read_text(errors="replace")
+    return f"\nnode agent log ({log.name}):\n{text}" if text.strip() else ""
+
+
 def run_suite(
     adapter: str | None,
     options: Mapping[str, str] | None = None,
@@ -134,7 +144,8 @@ def run_suite(
             args += [f"--option={k}={v}" for k, v in options.items()]
         proc = subprocess.run(args, capture_output=True, text=True, env=env,
                               timeout=SUITE_TIMEOUT_SECONDS)
-    run = SuiteRun(adapter or "native tdb", caps, _parse(proc.stdout), proc.stderr)
+        log = proc.stderr + _agent_log(options)
+    run = SuiteRun(adapter or "native tdb", caps, _parse(proc.stdout), log)
     if proc.returncode != 0:
         raise ConfigError(f"dbwrap_check exited {proc.returncode}: {proc.stderr.strip()}")
     return run

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <talloc.h>
 #include <tdb.h>
 #include <time.h>
 #include <unistd.h>
@@ -888,114 +889,169 @@ static PyObject *lr_stand(LocalRecords *self, PyObject *args)
 	return result;
 }
 
-struct scan_state {
-	const LocalRecords *self;
-	int64_t lease;
-	PyObject *list;
+/*
+ * The scans (the agent's vacuum and drain) traverse a local tdb with the
+ * GIL released: the traverse waits on any chain a process holds locked,
+ * and the agent's other threads (its lease's keepalive above all) must run
+ * meanwhile. The traverse only copies the matching records out; Python
+ * objects are made afterwards, with the GIL.
+ */
+struct scanned {
+	uint8_t *key, *data;
+	size_t key_size, data_size;
 };
 
-static int scan_owned_fn(struct tdb_context *tdb, TDB_DATA key, TDB_DATA data, void *private_data)
+struct scan_state {
+	int64_t lease, wipe_revision;
+	size_t header_size;  /* LOCAL_HEADER or BUCKET_HEADER */
+	bool local_records;  /* else buckets */
+	struct scanned *found;
+	size_t count, allocated;
+	bool out_of_memory;
+};
+
+/* Whether a record or bucket is the node's under s->lease. */
+static bool scan_matches(const struct scan_state *s, TDB_DATA data)
+{
+	struct local_header h;
+
+	if (data.dsize < s->header_size) {
+		return false;
+	}
+	local_header_unpack(data.dptr, &h); /* a bucket starts with its lease and token too */
+	if (h.lease != s->lease || h.token <= s->wipe_revision) {
+		return false;
+	}
+	return !s->local_records || !(h.flags & LOCAL_DETACHED);
+}
+
+static int scan_copy_fn(struct tdb_context *tdb, TDB_DATA key, TDB_DATA data, void *private_data)
 {
 	struct scan_state *s = private_data;
-	struct local_header h;
-	PyObject *value = NULL, *item;
+	struct scanned *item;
 
-	if (data.dsize < LOCAL_HEADER) {
+	if (!scan_matches(s, data)) {
 		return 0;
 	}
-	local_header_unpack(data.dptr, &h);
-	if (h.lease != s->lease || h.token <= s->self->wipe_revision || (h.flags & LOCAL_DETACHED)) {
-		return 0;
-	}
-	if (!(h.flags & LOCAL_DELETED)) {
-		value = PyBytes_FromStringAndSize((const char *)data.dptr + LOCAL_HEADER,
-						  data.dsize - LOCAL_HEADER);
-		if (value == NULL) {
+	if (s->count == s->allocated) {
+		size_t allocated = s->allocated ? 2 * s->allocated : 64;
+		struct scanned *found = talloc_realloc(NULL, s->found, struct scanned, allocated);
+
+		if (found == NULL) {
+			s->out_of_memory = true;
 			return -1;
 		}
+		s->found = found;
+		s->allocated = allocated;
 	}
-	item = Py_BuildValue("(y#LLiO)", (const char *)key.dptr, (Py_ssize_t)key.dsize,
-			     (long long)h.lease, (long long)h.token, (int)h.flags,
-			     value != NULL ? value : Py_None);
-	Py_XDECREF(value);
-	if (item == NULL || PyList_Append(s->list, item) != 0) {
-		Py_XDECREF(item);
+	item = &s->found[s->count];
+	item->key = talloc_memdup(s->found, key.dptr, key.dsize ? key.dsize : 1);
+	item->data = talloc_memdup(s->found, data.dptr, data.dsize);
+	if (item->key == NULL || item->data == NULL) {
+		s->out_of_memory = true;
 		return -1;
 	}
-	Py_DECREF(item);
+	item->key_size = key.dsize;
+	item->data_size = data.dsize;
+	s->count++;
 	return 0;
+}
+
+/* Copy out the node's records (or buckets) of tdb; 0, or -1 with an exception set. */
+static int scan_copy(struct tdb_context *tdb, struct scan_state *s)
+{
+	int ret;
+
+	if (tdb == NULL) {
+		PyErr_SetString(PyExc_OSError, "the node cache is closed");
+		return -1;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	ret = tdb_traverse_read(tdb, scan_copy_fn, s);
+	Py_END_ALLOW_THREADS
+	if (s->out_of_memory) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	if (ret < 0) {
+		PyErr_Format(PyExc_OSError, "tdb_traverse_read failed: %s", tdb_errorstr(tdb));
+		return -1;
+	}
+	return 0;
+}
+
+/* (key, lease, token, flags, value or None) of a local record */
+static PyObject *scanned_record(const struct scanned *item)
+{
+	struct local_header h;
+	PyObject *value;
+
+	local_header_unpack(item->data, &h);
+	value = (h.flags & LOCAL_DELETED)
+		? Py_NewRef(Py_None)
+		: PyBytes_FromStringAndSize((const char *)item->data + LOCAL_HEADER,
+					    (Py_ssize_t)(item->data_size - LOCAL_HEADER));
+	if (value == NULL) {
+		return NULL;
+	}
+	return Py_BuildValue("(y#LLiN)", (const char *)item->key, (Py_ssize_t)item->key_size,
+			     (long long)h.lease, (long long)h.token, (int)h.flags, value);
+}
+
+/* (number, token) of a bucket: its key is the number in decimal */
+static PyObject *scanned_bucket(const struct scanned *item)
+{
+	char number[16];
+	int64_t token;
+
+	if (item->key_size >= sizeof(number)) {
+		return PyErr_Format(PyExc_ValueError, "a bucket key of %zu bytes", item->key_size);
+	}
+	memcpy(number, item->key, item->key_size);
+	number[item->key_size] = '\0';
+	memcpy(&token, item->data + 8, 8);
+	return Py_BuildValue("(iL)", atoi(number), (long long)token);
+}
+
+static PyObject *scan(LocalRecords *self, PyObject *arg, bool local_records)
+{
+	struct scan_state s = {
+		.lease = PyLong_AsLongLong(arg),
+		.wipe_revision = self->wipe_revision,
+		.header_size = local_records ? LOCAL_HEADER : BUCKET_HEADER,
+		.local_records = local_records,
+	};
+	PyObject *list = NULL, *item;
+	size_t i;
+
+	if (PyErr_Occurred() ||
+	    scan_copy(local_records ? *self->records_tdb : *self->buckets_tdb, &s) != 0) {
+		goto done;
+	}
+	list = PyList_New((Py_ssize_t)s.count);
+	for (i = 0; list != NULL && i < s.count; i++) {
+		item = local_records ? scanned_record(&s.found[i]) : scanned_bucket(&s.found[i]);
+		if (item == NULL) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+	}
+done:
+	TALLOC_FREE(s.found);
+	return list;
 }
 
 /* scan_owned(lease): [(key, lease, token, flags, value)] of the local records the node owns */
 static PyObject *lr_scan_owned(LocalRecords *self, PyObject *arg)
 {
-	struct tdb_context *tdb = *self->records_tdb;
-	struct scan_state s = { .self = self, .lease = PyLong_AsLongLong(arg) };
-
-	if (PyErr_Occurred()) {
-		return NULL;
-	}
-	if (tdb == NULL) {
-		return PyErr_Format(PyExc_OSError, "the node cache is closed");
-	}
-	s.list = PyList_New(0);
-	if (s.list == NULL) {
-		return NULL;
-	}
-	if (tdb_traverse_read(tdb, scan_owned_fn, &s) < 0 || PyErr_Occurred()) {
-		Py_DECREF(s.list);
-		return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_OSError, "tdb_traverse_read failed");
-	}
-	return s.list;
-}
-
-static int scan_buckets_fn(struct tdb_context *tdb, TDB_DATA bkey, TDB_DATA data, void *private_data)
-{
-	struct scan_state *s = private_data;
-	int64_t lease, token;
-	char number[16];
-	PyObject *item;
-
-	if (data.dsize < BUCKET_HEADER || bkey.dsize >= sizeof(number)) {
-		return 0;
-	}
-	memcpy(&lease, data.dptr, 8);
-	memcpy(&token, data.dptr + 8, 8);
-	if (lease != s->lease || token <= s->self->wipe_revision) {
-		return 0;
-	}
-	memcpy(number, bkey.dptr, bkey.dsize);
-	number[bkey.dsize] = '\0';
-	item = Py_BuildValue("(iL)", atoi(number), (long long)token);
-	if (item == NULL || PyList_Append(s->list, item) != 0) {
-		Py_XDECREF(item);
-		return -1;
-	}
-	Py_DECREF(item);
-	return 0;
+	return scan(self, arg, true);
 }
 
 /* scan_buckets(lease): [(number, token)] of the buckets the node holds */
 static PyObject *lr_scan_buckets(LocalRecords *self, PyObject *arg)
 {
-	struct tdb_context *tdb = *self->buckets_tdb;
-	struct scan_state s = { .self = self, .lease = PyLong_AsLongLong(arg) };
-
-	if (PyErr_Occurred()) {
-		return NULL;
-	}
-	if (tdb == NULL) {
-		return PyErr_Format(PyExc_OSError, "the node cache is closed");
-	}
-	s.list = PyList_New(0);
-	if (s.list == NULL) {
-		return NULL;
-	}
-	if (tdb_traverse_read(tdb, scan_buckets_fn, &s) < 0 || PyErr_Occurred()) {
-		Py_DECREF(s.list);
-		return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_OSError, "tdb_traverse_read failed");
-	}
-	return s.list;
+	return scan(self, arg, false);
 }
 
 /* keep(key, lease, token, flags, value): a record moved in, as the local copy */

@@ -47,12 +47,18 @@ def local_files(cache_dir: str | Path, db_id: bytes) -> tuple[Path, Path]:
 
 
 def open_local(path: Path, mode: int = 0o600):
-    """A local tdb through the tdb adapter (its chainlocks, its sharing rules)."""
-    from dbwrap_py.adapter import TDB_SEQNUM, DatabaseSpec
-    from dbwrap_py.adapters.tdb import TdbAdapter
+    """A local tdb through the tdb adapter (its chainlocks, its sharing rules).
+
+    Chainlocks are robust mutexes where the system has them, as smbd's own
+    volatile tdbs: an fcntl lock costs two system calls per record lock,
+    which is most of an owned record's cost. The files outlive their
+    openers (the node owns what they hold), so no TDB_CLEAR_IF_FIRST."""
+    from dbwrap_py.adapter import TDB_INCOMPATIBLE_HASH, TDB_MUTEX_LOCKING, TDB_SEQNUM, DatabaseSpec
+    from dbwrap_py.adapters.tdb import TdbAdapter, mutexes_supported
     from dbwrap_py.options import Options
 
-    spec = DatabaseSpec(name=str(path), hash_size=HASH_SIZE, tdb_flags=TDB_SEQNUM,
+    flags = TDB_SEQNUM | TDB_INCOMPATIBLE_HASH | (TDB_MUTEX_LOCKING if mutexes_supported() else 0)
+    spec = DatabaseSpec(name=str(path), hash_size=HASH_SIZE, tdb_flags=flags,
                         open_flags=os.O_RDWR | os.O_CREAT, mode=mode)
     return TdbAdapter(spec, Options({"native_records": "no"}))
 

@@ -169,11 +169,18 @@ bench-smb: all
 		--json $(RESULTS)/bench-smb-tdb.json
 
 # etcd with the node cache (a throwaway etcd and node agent) against native
-# tdb, three paired rounds per point; then its memory per smbd process.
+# tdb, three paired rounds per point: all eight volatile databases
+# write-back; the seed's configuration (smbXsrv_open_global node-local, on
+# native tdb); all eight write-through. Then its memory per smbd process.
 bench-etcd: all
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-node-cache.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
+		--time 8 --rounds 3 --local smbXsrv_open_global.tdb \
+		--json $(RESULTS)/bench-smb-etcd-node-cache-seed.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=write-through \
+		--nprocs 1,4,16,64 --time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-write-through.json
 	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes \
 		--connections 1,16,64 --json $(RESULTS)/bench-memory-etcd-node-cache.json
 

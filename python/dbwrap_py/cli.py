@@ -321,14 +321,22 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
 
     from dbwrap_py.bench import charts, smb, targets
     from dbwrap_py.bench.progress import SweepProgress
+    from dbwrap_py.errors import ConfigError
+    from dbwrap_py.samba import VOLATILE_DATABASES
 
     nprocs = [int(n) for n in args.nprocs.split(",")]
     skipped: dict[str, str] = {}
+    local = [db for db in args.local.split(",") if db]
+    unknown = sorted(set(local) - set(VOLATILE_DATABASES))
+    if unknown:
+        raise ConfigError(f"--local: {', '.join(unknown)} is not one of smbd's volatile databases "
+                          f"({', '.join(VOLATILE_DATABASES)})")
     with ExitStack() as stack:
         ready = targets.ready_adapters(args.adapters, args.option, True, stack, print)
-        backends = [smb.Backend(None)] + [smb.Backend(a, o) for a, o in ready.items()]
+        backends = [smb.Backend(None)] + [smb.Backend(a, o, local) for a, o in ready.items()]
         print(f"path-contention-shared, {args.time}s per point, {args.rounds} round(s): "
-              + ", ".join(b.label for b in backends))
+              + ", ".join(b.label for b in backends)
+              + (f"; on native tdb still: {', '.join(local)}" if local else ""))
         with SweepProgress(len(backends), nprocs, args.rounds, args.time) as progress:
             def done(p: smb.Point) -> None:
                 store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(p.store_requests.items())
@@ -530,6 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
     smb.add_argument("--nprocs", default="1,2,4,8,16,32,64,128", help="comma list of client counts")
     smb.add_argument("--time", type=int, default=10, help="seconds per point")
     smb.add_argument("--rounds", type=int, default=1, help="passes over every point")
+    smb.add_argument("--local", default="", metavar="DB,DB",
+                     help="volatile databases left on native tdb, e.g. smbXsrv_open_global.tdb "
+                          "(the seed's configuration: node-local)")
     smb.add_argument("--json", default="results/bench-smb.json",
                      help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     smb.set_defaults(fn=_cmd_bench_smb)

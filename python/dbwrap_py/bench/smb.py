@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dbwrap_py.errors import DbwrapError
-from dbwrap_py.samba import SambaError, SambaSetup, ThrowawaySamba
+from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
 from dbwrap_py.smbtorture import Rates, path_contention, setup_for
 
 NATIVE = "native"
@@ -133,6 +133,8 @@ class Backend:
 
     adapter: str | None  # None: native tdb
     options: Mapping[str, str] = field(default_factory=dict)
+    #: volatile databases left on native tdb (the seed's smbXsrv_open_global, node-local)
+    local: Sequence[str] = ()
 
     @property
     def label(self) -> str:
@@ -149,7 +151,8 @@ class Backend:
     def setup(self) -> SambaSetup:
         if self.adapter is None:
             return setup_for("native")
-        return setup_for("bridge", self.adapter, dict(self.options))
+        bridged = [db for db in VOLATILE_DATABASES if db not in self.local]
+        return setup_for("bridge", self.adapter, dict(self.options), bridged)
 
 
 def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,

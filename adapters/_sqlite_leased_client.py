@@ -1,15 +1,20 @@
-"""What sqlite_leased needs of SQLite.
+"""What sqlite_leased and its node-cache side need of SQLite and the host.
 
 * ``NOW``: SQLite's clock in SQL, the one every lease here is judged by.
 * ``Sql``: a connection that counts round trips (a transaction, or a
   statement outside one), maps "database is locked" to Timeout, and runs
   write transactions that lock only the file they write (see ``transaction``).
+* ``hold_open`` / ``let_go_open``: the first-opener test of
+  TDB_CLEAR_IF_FIRST, an fcntl lock as in the sqlite adapter: it goes with
+  its process at once, and the processes sharing a WAL file share a host.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,3 +64,36 @@ class Sql:
             self.conn.execute("DELETE FROM kv WHERE k = ?", (key,))
         else:
             self.conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, value))
+
+
+_openers: dict[tuple[int, str], list[Any]] = {}  # (pid, path): [file, opens]; fcntl locks are per process
+
+
+def hold_open(path: str, wipe: Callable[[], None] | None) -> None:
+    """Hold byte 0 of ``path`` shared while this process has the database
+    open; ``wipe`` first, under an exclusive lock, if no process has."""
+    entry = _openers.get((os.getpid(), path))
+    if entry is None:
+        file = open(path, "a+b")
+        try:
+            try:
+                fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError:
+                wipe = None  # others have it open
+            if wipe is not None:
+                wipe()  # other openers wait for it, in their LOCK_SH
+            fcntl.lockf(file, fcntl.LOCK_SH, 1, 0)
+        except BaseException:
+            file.close()
+            raise
+        entry = _openers[(os.getpid(), path)] = [file, 0]
+    entry[1] += 1
+
+
+def let_go_open(path: str) -> None:
+    entry = _openers.get((os.getpid(), path))
+    if entry is not None and entry[1] > 0:
+        entry[1] -= 1
+        if entry[1] == 0:  # closing the file lets go of the lock: the next opener may wipe
+            entry[0].close()
+            del _openers[(os.getpid(), path)]

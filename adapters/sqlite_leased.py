@@ -1,5 +1,5 @@
 """sqlite_leased: the sqlite example with record locks as leases
-(dbwrap_py.leased) that SQLite itself judges.
+(dbwrap_py.leased) that SQLite itself judges, and with the node cache.
 
 Leases: the table ``leases`` holds each record lock's token and expiry,
 computed and compared by SQLite inside the statement that takes, checks or
@@ -10,27 +10,42 @@ killed holder's lock is free after ``lease`` seconds (default 2); a holder
 paused past its lease, whose lock someone else took, cannot write. Each
 primitive is one SQLite transaction, counted in ``round_trips``.
 
-Volatile databases are not emptied on first open: leases, not processes,
-own this store.
+TDB_CLEAR_IF_FIRST: the first opener of a volatile database empties it (an
+fcntl lock on ``<name>.sqlite.openers`` tells, as in the sqlite adapter).
 
-SQLite plumbing (round trips, transactions): ``_sqlite_leased_client``.
+Node cache (``node_cache = yes``, volatile databases): this adapter's side of
+the protocol is ``_sqlite_leased_ownership``. Node leases and release
+requests span databases, so they live in one cluster file, option
+``cluster_file`` (default: ``sqlite_leased.cluster`` in the database's
+directory), which each volatile database's connection ATTACHes. A record
+lock here is refused while a live node owns the record, and that node is
+asked to hand it over. smbd and ``dbwrap-py node-agent --adapter
+sqlite_leased -o cluster_file=FILE`` must name the same file.
+
+SQLite plumbing (round trips, transactions, the opener lock): ``_sqlite_leased_client``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sqlite3
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
-from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql
+from dbwrap_py.adapters import _sqlite_leased_ownership as nodes
+from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql, hold_open, let_go_open
 from dbwrap_py.errors import LockConflict
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, LeasedAdapter, LeaseSource, Keep
+from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (k BLOB PRIMARY KEY, token INTEGER, expires REAL);
 CREATE TABLE IF NOT EXISTS seq (n INTEGER); INSERT INTO seq SELECT 0 WHERE NOT EXISTS (SELECT * FROM seq);"""
-#: the lease to :token unless a live one holds the key; and the record
-TAKE = f"""INSERT INTO leases VALUES (:k, :token, {NOW} + :seconds)
+#: the lease to :token unless a live one, or a node ({nodes}), holds the key; and the record
+TAKE = f"""INSERT INTO leases SELECT :k, :token, {NOW} + :seconds WHERE NOT ({{nodes}})
 ON CONFLICT (k) DO UPDATE SET token = excluded.token, expires = excluded.expires WHERE expires <= {NOW}
 RETURNING (SELECT v FROM kv WHERE kv.k = leases.k AND :read)"""
 #: the fence: the sequence number moves only while the token's lease is live
@@ -41,18 +56,36 @@ DEFAULT_LEASE = 2.0
 
 class SqliteLeasedAdapter(LeasedAdapter):
     capabilities = Capabilities(transactions=True, lock_release_seconds=DEFAULT_LEASE)
-    option_names = LEASE_OPTIONS
+    option_names = (*LEASE_OPTIONS, "cluster_file")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
+        path = os.path.abspath(spec.name)
+        self.cluster_file = options.get_str("cluster_file", "") or os.path.join(
+            os.path.dirname(path), nodes.CLUSTER_FILE)
+        self.node_cache_id = f"{spec.basename}@{hashlib.blake2b(path.encode(), digest_size=8).hexdigest()}".encode()
+        self.wipe_revision = 0  # the node cache voids ownership tokens up to it
         self._inherited: list[Sql] = []  # a child never closes its parent's
-        self._connect()
+        self._connect(first_open=True)
 
-    def _connect(self) -> None:
+    def _connect(self, first_open: bool = False) -> None:
         self.sql = Sql(self.spec.name + ".sqlite", self.op_timeout)
         self.sql.conn.executescript("PRAGMA journal_mode=WAL;" + SCHEMA)
+        self._node_holds = "0"  # SQL: a node owns record :k; never, for a persistent database
+        if not self.spec.persistent:
+            nodes.attach(self.sql, self.cluster_file, self.node_cache_id, os.path.abspath(self.spec.name))
+            self._node_holds = nodes.NODE_HOLDS
+            hold_open(self.spec.name + ".sqlite.openers", self._wipe if first_open else None)
+            self.wipe_revision = nodes.wipe_revision(self.sql)
+
+    def _wipe(self) -> None:
+        with self.sql.transaction():
+            self.sql.run("UPDATE seq SET n = n + 1")  # the first statement writes
+            self.sql.run("DELETE FROM kv")
+            self.sql.run("DELETE FROM leases")
+            nodes.wipe(self.sql)  # and the nodes' ownerships, which no opener holds
 
     @property
     def round_trips(self) -> int:
@@ -61,7 +94,10 @@ class SqliteLeasedAdapter(LeasedAdapter):
     # -- the primitives -------------------------------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        rows = self.sql.run(TAKE, {"k": key, "token": token, "seconds": seconds, "read": read})
+        rows = self.sql.run(TAKE.format(nodes=self._node_holds),
+                            {"k": key, "token": token, "seconds": seconds, "read": read})
+        if not rows and not self.spec.persistent:
+            nodes.ask_owner(self.sql, self.node_cache_id, key, seconds)  # if a node holds it
         return (True, rows[0][0]) if rows else (False, None)
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
@@ -83,8 +119,12 @@ class SqliteLeasedAdapter(LeasedAdapter):
     # -- the rest ---------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        rows = self.sql.run("SELECT v FROM kv WHERE k = ?", (key,))
-        return rows[0][0] if rows else None
+        value, by_node = self.sql.run(f"SELECT (SELECT v FROM kv WHERE k = :k), {self._node_holds}",
+                                      {"k": key})[0]
+        if by_node:  # the node's copy is the newer: have it handed back, as a lock does
+            value = self.lock_get(key)
+            self.unlock(key)
+        return value
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         return self.sql.run("SELECT k, v FROM kv")
@@ -96,7 +136,7 @@ class SqliteLeasedAdapter(LeasedAdapter):
         conn = self.sql.conn
         try:
             conn.execute(f"PRAGMA busy_timeout = {0 if nonblock else int(self.op_timeout * 1000)}")
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")  # persistent: nothing is attached
         except sqlite3.OperationalError as exc:
             raise LockConflict(str(exc)) from exc
         finally:
@@ -115,6 +155,26 @@ class SqliteLeasedAdapter(LeasedAdapter):
 
     def close(self) -> None:
         self.sql.conn.close()
+        if not self.spec.persistent:
+            let_go_open(self.spec.name + ".sqlite.openers")
+
+    # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------
+
+    @classmethod
+    def node_store(cls, options: Options) -> nodes.SqliteNodeStore:
+        """The node agent's side (``dbwrap-py node-agent --adapter sqlite_leased``)."""
+        return nodes.SqliteNodeStore.from_options(options)
+
+    def ownership(self) -> nodes.SqliteOwnership:
+        return nodes.SqliteOwnership(lambda: self.sql, self.node_cache_id, self.op_timeout)
+
+    @classmethod
+    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """A node agent on a temporary cluster file, for node_cache without a node_cache_dir."""
+        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+            return None
+        ours = {k: v for k, v in options.items() if k in cls.option_names}
+        return nodes.throwaway_agent("sqlite_leased", ours, ttl=cls.lease_for(ours))
 
 
 ADAPTER = SqliteLeasedAdapter

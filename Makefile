@@ -120,12 +120,15 @@ test-python: venv $(BRIDGE_LIB)
 # The adapter conformance suite: the tables for tdb, memory and etcd (on a
 # throwaway etcd, 2 s leases to keep it short), then the other adapters and
 # every broken example under pytest. etcd runs twice: without and with the
-# node cache (a throwaway node agent beside the throwaway etcd).
+# node cache (a throwaway node agent beside the throwaway etcd); sqlite_leased
+# with the node cache too (a throwaway agent on a temporary cluster file;
+# without it, it runs under pytest).
 test-conformance: all
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).

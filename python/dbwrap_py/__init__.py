@@ -17,10 +17,11 @@ from dbwrap_py.errors import (
     Unavailable,
     WriteProtected,
 )
-from dbwrap_py.leased import LeasedAdapter
+from dbwrap_py.leased import KEEP, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
 
 __all__ = [
+    "KEEP",
     "AccessDenied",
     "Adapter",
     "AdapterContractError",
@@ -31,6 +32,7 @@ __all__ = [
     "DbwrapError",
     "FencedOut",
     "InvalidParameter",
+    "LeaseSource",
     "LeasedAdapter",
     "LockConflict",
     "NameCollision",

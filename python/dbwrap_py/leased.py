@@ -1,98 +1,152 @@
 """Record locks derived from compare-and-set plus leases, with fencing.
 
 Most distributed stores have an atomic compare-and-set but no lock that dies
-with its holder. An adapter for one subclasses LeasedAdapter and implements
-three primitives besides ``get`` and ``scan``:
+with its holder. An adapter for one subclasses LeasedAdapter, declares its
+``lease_source`` and implements three primitives besides ``get`` and
+``scan``, each one atomic step in the store (one round trip):
 
-* ``read_lock(key)``: the lease on ``key``, or None;
-* ``swap_lock(key, expected, new)``: atomically replace the lease whose token
-  is ``expected`` (None: no lease) with ``new`` (None: delete it);
-* ``fenced_write(key, token, value)``: atomically store ``value`` (None:
-  delete) only if the lease on ``key`` still carries ``token``.
+* ``take_lease(key, token, seconds, read) -> (taken, value)``: if ``key``
+  has no lease, or one that has expired, give it to ``token`` for
+  ``seconds``; with ``read``, read the record in the same step;
+* ``fenced_write(key, token, value) -> bool``: store ``value`` (None:
+  delete) only while ``token`` holds the lease and it has not expired;
+* ``end_lease(key, token, value=KEEP) -> bool``: the same write, then the
+  lease released, in one step; ``KEEP`` only releases. False if ``token``
+  no longer held it (nothing was written).
 
-From these the framework builds ``lock``, ``unlock``, ``put`` and ``remove``:
+From these the framework builds ``lock``, ``lock_get`` (one round trip),
+``unlock``, ``put``, ``put_unlock`` (one round trip) and ``remove``:
 
-* Taking a lock swaps an absent or expired lease for a fresh one. A killed
-  holder's lock is free when its lease ends, so the adapter declares
-  ``lock_release_seconds`` = the lease.
-* Every write under the lock is fenced on the lease's token. A holder that
-  was paused past its lease, and whose lock someone else then took, cannot
-  write: it gets FencedOut (NT_STATUS_FILE_LOCK_CONFLICT). This is the fence
-  Jepsen found etcd's own locks need.
-* Tokens are random 63-bit numbers, so a lock released and taken again never
-  matches a stale holder's token.
-* A waiter polls with backoff and gives up with Timeout after ``op_timeout``.
+* A lock is a lease with a fresh random 63-bit token, so a lock released
+  and taken again never matches a stale holder's token. A killed holder's
+  lock is free when its lease ends; the adapter declares
+  ``lock_release_seconds`` from the ``lease`` option (``declared_capabilities``).
+* Every write under the lock is fenced on the token. A holder paused past
+  its lease, whose lock someone else then took, cannot write: it gets
+  FencedOut (NT_STATUS_FILE_LOCK_CONFLICT). This is the fence Jepsen found
+  etcd's own locks need.
+* A waiter tries again with backoff and gives up with Timeout after
+  ``op_timeout``.
 
-Leases expire by ``time.time()``, so every client must share a clock (one
-host, or clocks much closer than the lease). A backend with server-side
-leases (etcd) should use those instead: that is a native override.
+Who decides that a lease has expired is the store, never a client's clock:
+two hosts whose clocks differ must not both believe they hold a lock. The
+framework hands the primitives a lease *duration*, never an expiry time it
+computed, and keeps no wall clock at all (``time.monotonic`` only measures
+its own waits). ``lease_source`` says how the store judges:
+
+* ``LeaseSource.STORE_CLOCK``: the store's own clock, read inside the
+  statement that takes or checks the lease (SQL's ``julianday('now')``);
+* ``LeaseSource.SERVER_TTL``: the store drops the lease itself after a TTL
+  (etcd leases, Cassandra ``USING TTL``). Such TTLs are whole seconds, so
+  the framework rounds the lease up; ``lease_slack`` is how late the server
+  may drop it (etcd's lessor looks every 0.5 s).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import enum
+import math
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import ClassVar
 
-from dbwrap_py.adapter import Adapter, DatabaseSpec
-from dbwrap_py.errors import FencedOut, Timeout
+from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
+from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
 from dbwrap_py.options import Options
 
 #: options every leased adapter reads; subclasses add their own
 LEASE_OPTIONS = ("lease", "op_timeout")
 
 
-@dataclass(frozen=True)
-class Lease:
-    token: int
-    expires: float  # time.time() seconds
+class LeaseSource(enum.Enum):
+    """Who judges that a lease has expired: always the store."""
 
-    @property
-    def expired(self) -> bool:
-        return self.expires <= time.time()
+    STORE_CLOCK = "the store's clock"
+    SERVER_TTL = "a server-side TTL"
+
+
+class Keep:
+    """The type of ``KEEP``."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: ``end_lease``'s value when the record stays as it is
+KEEP = Keep()
 
 
 class LeasedAdapter(Adapter):
-    """An adapter whose record locks are leases taken by compare-and-set."""
+    """An adapter whose record locks are leases the store judges."""
 
     option_names = LEASE_OPTIONS
     #: seconds, when the ``lease`` option is not given
     default_lease = 10.0
+    #: every subclass declares how its store judges expiry
+    lease_source: ClassVar[LeaseSource]
+    #: seconds a server-side TTL may outlive its time (SERVER_TTL only)
+    lease_slack: ClassVar[float] = 0.0
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
-        self.lease_seconds = options.get_float("lease", self.default_lease, minimum=0.1)
+        if not isinstance(getattr(self, "lease_source", None), LeaseSource):
+            raise AdapterContractError(f"{type(self).__name__} declares no lease_source")
+        self.lease_seconds = self.lease_for(options)
         self.op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
         self._tokens: dict[bytes, int] = {}  # key -> token of the lease we hold
+
+    @classmethod
+    def lease_for(cls, options: Mapping[str, str]) -> float:
+        """The lease duration passed to the primitives: whole seconds for a
+        server-side TTL (what etcd and Cassandra accept), rounded up."""
+        minimum = 1.0 if cls.lease_source is LeaseSource.SERVER_TTL else 0.1
+        seconds = Options(dict(options)).get_float("lease", cls.default_lease, minimum=minimum)
+        return float(math.ceil(seconds)) if cls.lease_source is LeaseSource.SERVER_TTL else seconds
+
+    @classmethod
+    def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
+        """A killed holder's lock is free when the store ends its lease."""
+        return dataclasses.replace(
+            cls.capabilities, lock_release_seconds=cls.lease_for(options) + cls.lease_slack,
+            notes=(*cls.capabilities.notes, f"record locks are leases judged by {cls.lease_source.value}"))
 
     # -- the primitives a subclass implements -----------------------------
 
     @abc.abstractmethod
-    def read_lock(self, key: bytes) -> Lease | None:
-        """The lease on ``key``, expired or not, or None."""
-
-    @abc.abstractmethod
-    def swap_lock(self, key: bytes, expected: int | None, new: Lease | None) -> bool:
-        """Replace the lease with token ``expected`` by ``new``, atomically."""
+    def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
+        """Atomically: if ``key`` has no lease or an expired one (as the
+        store judges), give it to ``token`` for ``seconds``; with ``read``,
+        also read the record. (taken, the record or None)."""
 
     @abc.abstractmethod
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        """Store (or, for None, delete) only while ``token`` holds the lock."""
+        """Store (None: delete) only while ``token`` holds an unexpired lease."""
+
+    @abc.abstractmethod
+    def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
+        """Atomically: ``fenced_write`` unless ``value`` is KEEP, then release
+        the lease if ``token`` has it. False if the write was refused."""
 
     # -- derived ------------------------------------------------------------
 
     def lock(self, key: bytes) -> None:
+        self._take(key, read=False)
+
+    def lock_get(self, key: bytes) -> bytes | None:
+        return self._take(key, read=True)
+
+    def _take(self, key: bytes, read: bool) -> bytes | None:
+        token = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
         pause = 0.001
         while True:
-            current = self.read_lock(key)
-            if current is None or current.expired:
-                lease = Lease(secrets.randbits(63), time.time() + self.lease_seconds)
-                if self.swap_lock(key, current.token if current else None, lease):
-                    self._tokens[key] = lease.token
-                    return
-                continue  # another process won the race: look again
+            taken, value = self.take_lease(key, token, self.lease_seconds, read)
+            if taken:
+                self._tokens[key] = token
+                return value
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Timeout(f"record lock not free within {self.op_timeout:g} s")
@@ -103,21 +157,30 @@ class LeasedAdapter(Adapter):
         token = self._tokens.pop(key, None)
         if token is not None:
             # False means our lease ran out and someone took the lock: nothing to release
-            self.swap_lock(key, token, None)
+            self.end_lease(key, token)
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._write(key, value)
+        if not self.fenced_write(key, self._token(key), value):
+            raise FencedOut("the record lock's lease was lost to another holder; write refused")
 
     def remove(self, key: bytes) -> bool:
         if self.get(key) is None:
             return False
-        self._write(key, None)
+        if not self.fenced_write(key, self._token(key), None):
+            raise FencedOut("the record lock's lease was lost to another holder; delete refused")
         return True
 
-    def _write(self, key: bytes, value: bytes | None) -> None:
-        token = self._tokens.get(key)
-        if token is None or not self.fenced_write(key, token, value):
+    def put_unlock(self, key: bytes, value: bytes) -> None:
+        token = self._token(key)
+        del self._tokens[key]  # released either way: end_lease lets go even when it refuses
+        if not self.end_lease(key, token, value):
             raise FencedOut("the record lock's lease was lost to another holder; write refused")
+
+    def _token(self, key: bytes) -> int:
+        try:
+            return self._tokens[key]
+        except KeyError:
+            raise LockConflict(f"write to {key!r} without holding its record lock") from None
 
     def after_fork(self) -> None:
         self._tokens.clear()  # the parent's leases are not ours

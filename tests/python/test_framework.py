@@ -281,9 +281,97 @@ def test_capabilities_are_switches_the_framework_reads():
 
 def test_leased_adapter_is_exported():
     import dbwrap_py
-    from dbwrap_py.leased import LeasedAdapter
+    from dbwrap_py.leased import KEEP, LeasedAdapter, LeaseSource
 
     assert dbwrap_py.LeasedAdapter is LeasedAdapter
+    assert (dbwrap_py.LeaseSource, dbwrap_py.KEEP) == (LeaseSource, KEEP)
+
+
+def _recording_leased(lease_source, options=None):
+    """A dict-backed leased adapter that records what the framework hands its primitives."""
+    from dbwrap_py.leased import KEEP, LeasedAdapter
+
+    class Recording(LeasedAdapter):
+        def __init__(self, spec, opts):
+            super().__init__(spec, opts)
+            self.data, self.holders, self.calls = {}, {}, []
+
+        def take_lease(self, key, token, seconds, read):
+            self.calls.append(("take_lease", seconds, read))
+            if key in self.holders:
+                return False, None
+            self.holders[key] = token
+            return True, self.data.get(key) if read else None
+
+        def fenced_write(self, key, token, value):
+            self.calls.append(("fenced_write",))
+            return self._write(key, token, value)
+
+        def _write(self, key, token, value):
+            if self.holders.get(key) != token:
+                return False
+            self.data.pop(key, None) if value is None else self.data.__setitem__(key, value)
+            return True
+
+        def end_lease(self, key, token, value=KEEP):
+            self.calls.append(("end_lease", value))
+            written = value is KEEP or self._write(key, token, value)
+            if self.holders.get(key) == token:
+                del self.holders[key]
+            return written
+
+        def get(self, key):
+            return self.data.get(key)
+
+        def scan(self):
+            return list(self.data.items())
+
+    if lease_source is not None:
+        Recording.lease_source = lease_source
+    from dbwrap_py.adapter import DatabaseSpec
+
+    return Recording(DatabaseSpec("db.tdb"), Options(options or {}))
+
+
+def test_leased_adapter_hands_durations_and_does_lock_get_and_put_unlock_in_one_step_each():
+    from dbwrap_py.leased import LeaseSource
+
+    adapter = _recording_leased(LeaseSource.STORE_CLOCK, {"lease": "1.5"})
+    assert adapter.lock_get(b"k") is None
+    adapter.put_unlock(b"k", b"v")
+    assert adapter.calls == [("take_lease", 1.5, True), ("end_lease", b"v")], \
+        "a duration, never an expiry time; one primitive each"
+    assert type(adapter).declared_capabilities({"lease": "1.5"}).lock_release_seconds == 1.5
+
+
+def test_leased_adapter_rounds_server_ttls_up_to_whole_seconds():
+    from dbwrap_py.leased import LeaseSource
+
+    adapter = _recording_leased(LeaseSource.SERVER_TTL, {"lease": "2.2"})
+    adapter.lock(b"k")
+    assert adapter.calls == [("take_lease", 3.0, False)]
+    type(adapter).lease_slack = 0.5
+    assert type(adapter).declared_capabilities({"lease": "2.2"}).lock_release_seconds == 3.5
+
+
+def test_leased_adapter_fences_a_holder_whose_lease_was_taken():
+    from dbwrap_py.leased import LeaseSource
+
+    adapter = _recording_leased(LeaseSource.STORE_CLOCK)
+    adapter.lock(b"k")
+    adapter.holders[b"k"] = 12345  # the store ended our lease and gave it to another holder
+    with pytest.raises(errors.FencedOut):
+        adapter.put(b"k", b"stale")
+    with pytest.raises(errors.FencedOut):
+        adapter.put_unlock(b"k", b"stale")
+    assert adapter.data == {}
+    with pytest.raises(errors.LockConflict, match="without holding"):
+        adapter.put(b"k", b"v")
+
+
+def test_leased_adapter_must_declare_its_lease_source():
+    with pytest.raises(errors.AdapterContractError, match="lease_source"):
+        _recording_leased(None)
 
 
 def test_transactions_need_a_persistent_database():

@@ -2,8 +2,14 @@
 
 An adapter class offers the node cache by defining ``node_store(options)``,
 which returns a ``NodeStore`` on its backend. The node agent uses it for the
-node's lease and release requests; every process of the node uses it, through
-``NodeStore.database(db_id)``, to move records in and back out.
+node's lease and release requests, and ``NodeStore.database(db_id)`` for the
+records it hands back. An open adapter gives the processes of the node the
+rest (``CachedAdapter`` in ``adapter.py`` reads them): ``ownership()``, the
+database's ``Ownership`` on the process's own connection; ``node_cache_id``,
+the ``db_id`` the agent is given (a file name in the cache directory, so no
+``/``); and ``wipe_revision``, the last token of the database's last
+CLEAR_IF_FIRST wipe. Two adapters do it: etcd, and sqlite_leased (the small
+example, in SQL).
 
 Terms:
 
@@ -12,8 +18,10 @@ Terms:
   owns is held on that lease, so it goes when the lease does: the store, not
   a clock on the node, decides when that is.
 * a *token* is a number the store gives with each ownership (etcd: the
-  create_revision of the key that holds it); every write-back is fenced on it,
-  so a node that lost an ownership can never write through it.
+  create_revision of the key that holds it; sqlite_leased: a counter in the
+  database's file); every write-back is fenced on it, so a node that lost an
+  ownership can never write through it. Tokens of a database only grow: the
+  node's copies with a token up to ``wipe_revision`` are void.
 * a database's keys fall into ``BUCKETS`` *buckets* by hash (``layout.bucket``).
   A node may claim a bucket while nobody holds a record lock in it and no key
   of it was detached; it then owns every record of the bucket, learns the

@@ -761,7 +761,7 @@ class EtcdAdapter(Adapter):
         """Pending release requests in full; record locks, bucket claims and
         detached marks counted per database and holder, a few of each shown;
         and a throwaway cluster's log."""
-        from dbwrap_py.servers.etcd import RUNNING
+        from dbwrap_py.adapters._etcd_server import RUNNING
 
         parsed = Options(dict(options))
         config = _Config.from_options(parsed)
@@ -821,7 +821,7 @@ def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """A one-node etcd; with node_cache, a node agent on a temporary cache dir too."""
     from dbwrap_py.nodecache.agent import NodeAgentProcess
     from dbwrap_py.nodecache.adapter import node_cache_mode
-    from dbwrap_py.servers.etcd import EtcdCluster
+    from dbwrap_py.adapters._etcd_server import EtcdCluster
 
     with EtcdCluster(nodes=1) as cluster:
         reach = {"endpoints": cluster.endpoints}

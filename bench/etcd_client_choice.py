@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         child_main(args.child, args.endpoints, args.cycles, args.forks)
         return 0
 
-    from dbwrap_py.servers.etcd import EtcdCluster
+    from dbwrap_py.adapters._etcd_server import EtcdCluster
 
     kinds = ["gateway"] + (["grpc"] if have_pyetcd() else [])
     if "grpc" not in kinds:

@@ -8,7 +8,7 @@
   dbwrap-py copy --from A [-o k=v] --to B [-o k=v] DB...
                                            copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
-  dbwrap-py etcd [--nodes 1|3]             a throwaway etcd on 127.0.0.1 until Ctrl-C
+  dbwrap-py server ADAPTER [-o k=v ...]    the adapter's throwaway server on 127.0.0.1 until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
@@ -273,10 +273,30 @@ def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
     return 1 if regressions else 0
 
 
-def _cmd_etcd(args: argparse.Namespace) -> int:
-    from dbwrap_py.servers.etcd import main as etcd_main
+def _cmd_server(args: argparse.Namespace) -> int:
+    """An adapter's throwaway server (with node_cache, its node agent too)
+    until SIGTERM or Ctrl-C; prints the options that reach it."""
+    options = _adapter_options(args.option)
+    if find_adapter(args.adapter).throwaway_server(options) is None:
+        print(f"{args.adapter}: no throwaway server (it needs none, or endpoints were given)")
+        return 1
 
-    return etcd_main(["--nodes", str(args.nodes)])
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with backend_options(args.adapter, options) as reach:
+            print(f"{args.adapter}: running; use:\n  "
+                  + " ".join(f"-o {k}={v}" for k, v in reach.items())
+                  + "\nSIGTERM or Ctrl-C stops it and removes its data", flush=True)
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -513,9 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
     samba.add_argument("--bridge", default="volatile",
                        help="databases behind the bridge: 'volatile' (default), a comma list, or ''")
     samba.add_argument("--port", type=int, default=None)
-    etcd = sub.add_parser("etcd", help="a throwaway etcd on 127.0.0.1 until Ctrl-C")
-    etcd.add_argument("--nodes", type=int, default=1, choices=(1, 3, 5))
-    etcd.set_defaults(fn=_cmd_etcd)
+    server = sub.add_parser("server", help="an adapter's throwaway server on 127.0.0.1 until Ctrl-C")
+    server.add_argument("adapter", help="e.g. etcd")
+    server.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                        help="adapter option (repeatable), e.g. node_cache=yes for a node agent too")
+    server.set_defaults(fn=_cmd_server)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")

@@ -31,7 +31,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
-from dbwrap_py.servers.etcd import EtcdCluster
+from dbwrap_py.adapters._etcd_server import EtcdCluster
 
 RW = os.O_RDWR | os.O_CREAT
 TDB_REPLACE = 1

@@ -54,7 +54,7 @@ class EtcdBackend:
 
 @contextmanager
 def etcd_backend() -> Iterator[EtcdBackend]:
-    from dbwrap_py.servers.etcd import EtcdCluster
+    from dbwrap_py.adapters._etcd_server import EtcdCluster
 
     with EtcdCluster(nodes=1) as cluster:
         yield EtcdBackend(cluster)

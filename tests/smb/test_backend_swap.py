@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.samba import PERSISTENT_DATABASES, TEST_USER, SambaSetup, ThrowawaySamba
-from dbwrap_py.servers.etcd import EtcdCluster
+from dbwrap_py.adapters._etcd_server import EtcdCluster
 
 REGISTRY_SHARE = "regshare"
 COMMENT = "carried across backends"

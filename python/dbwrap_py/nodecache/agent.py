@@ -42,7 +42,7 @@ from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.options import Options
-from dbwrap_py.servers import ServerError
+from dbwrap_py.servers import ServerError, die_with_parent
 
 DEFAULT_TTL = 10
 #: how often the records the node's processes deleted are handed back, and
@@ -288,8 +288,6 @@ class NodeAgentProcess:
         return self.process.pid if self.process is not None else None
 
     def start(self, timeout: float = 15.0) -> None:
-        from dbwrap_py.servers.etcd import _die_with_parent
-
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         self.cache_dir.chmod(0o755)  # mkdtemp made it 0700; smbd's processes read it as the user
         argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
@@ -298,7 +296,7 @@ class NodeAgentProcess:
                 *[f"-o{k}={v}" for k, v in self.options.items()]]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+                                            start_new_session=True, preexec_fn=die_with_parent)
         state = NodeState(self.cache_dir)
         deadline = time.monotonic() + timeout
         try:

@@ -7,13 +7,28 @@ and is stopped by PID (never by name) when its context manager exits.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import signal
 from collections.abc import Iterator, Mapping
 
 from dbwrap_py.registry import find_adapter
 
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux: servers just outlive a crashed parent
+    _prctl = None
+
 
 class ServerError(RuntimeError):
     """A throwaway server could not be started (not installed, no port, ...)."""
+
+
+def die_with_parent() -> None:
+    """A throwaway server's preexec_fn (between fork and exec): it gets
+    SIGKILL when its starter dies, so an interrupted run leaves none behind."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @contextlib.contextmanager

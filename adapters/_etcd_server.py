@@ -20,14 +20,15 @@ instead of ~70 ms, and it matters only once auth is on). Logs go to files next
 to the data directories, and every member dies with the process that started
 it (PR_SET_PDEATHSIG), so an interrupted test run leaves no server behind.
 
-``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT.
+``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT
+(``python -m dbwrap_py.adapters._etcd_server --nodes 3``; ``dbwrap-py server
+etcd`` runs a one-member one the way the tests do).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
 import dataclasses
 import http.client
 import json
@@ -45,25 +46,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError
+from dbwrap_py.servers import ServerError, die_with_parent
 
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
 COMPACTION_RETENTION = 10000
 MAX_TXN_OPS = 4096
 BCRYPT_COST = 4
-
-_PR_SET_PDEATHSIG = 1
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux: members just outlive a crashed parent
-    _prctl = None
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
 
 def _free_ports(count: int) -> list[int]:
     """``count`` distinct ports that were free a moment ago (the caller retries on a race)."""
@@ -390,7 +379,7 @@ class EtcdCluster:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop members by PID
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     def _terminate(self, index: int) -> None:
@@ -447,9 +436,9 @@ def _b64(data: bytes) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dbwrap-py etcd [--nodes N]``: a throwaway etcd until SIGTERM or Ctrl-C."""
+    """A throwaway etcd of ``--nodes`` members until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="dbwrap-py etcd", description="a throwaway etcd on 127.0.0.1 until SIGTERM or Ctrl-C"
+        prog="python -m dbwrap_py.adapters._etcd_server", description="a throwaway etcd on 127.0.0.1 until SIGTERM or Ctrl-C"
     )
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3, 5))
     args = parser.parse_args(argv)

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, die_with_parent
+from dbwrap_py.servers import ServerError, die_with_parent, serve_until_stopped
 
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
@@ -443,26 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3, 5))
     args = parser.parse_args(argv)
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def banner(cluster: EtcdCluster) -> str:
+        pids = ", ".join(str(cluster.pid(i)) for i in range(args.nodes))
+        return (f"etcd {args.nodes} member(s), pid(s) {pids}, data in {cluster.root}\n"
+                f"  use: -o endpoints={cluster.endpoints}")
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
-    try:
-        with EtcdCluster(nodes=args.nodes) as cluster:
-            pids = ", ".join(str(cluster.pid(i)) for i in range(args.nodes))
-            print(
-                f"etcd {args.nodes} member(s), pid(s) {pids}, data in {cluster.root}\n"
-                f"  endpoints={cluster.endpoints}\n"
-                f"  use: -o endpoints={cluster.endpoints}\n"
-                f"SIGTERM or Ctrl-C stops it and removes the data",
-                flush=True,
-            )
-            try:
-                signal.pause()
-            except KeyboardInterrupt:
-                pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    serve_until_stopped(EtcdCluster(nodes=args.nodes), banner)
     return 0
 
 

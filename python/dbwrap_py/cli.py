@@ -38,7 +38,7 @@ from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
 from dbwrap_py.registry import adapter_names, find_adapter
-from dbwrap_py.servers import backend_options
+from dbwrap_py.servers import backend_options, serve_until_stopped
 
 if TYPE_CHECKING:
     from dbwrap_py import migrate
@@ -223,16 +223,14 @@ def _cmd_samba(args: argparse.Namespace) -> int:
 def _serve_samba(setup: "SambaSetup", bridged: Sequence[str]) -> int:
     from dbwrap_py.samba import ThrowawaySamba
 
-    with ThrowawaySamba(setup) as samba:
-        print(f"smbd pid {samba.pid} on 127.0.0.1:{samba.port}\n"
-              f"  share {samba.unc}, user {samba.credentials}\n"
-              f"  smb.conf {samba.conf}\n  log {samba.log}\n"
-              f"  bridged: {', '.join(bridged) or 'nothing (native tdb)'}\n"
-              f"Ctrl-C stops it and removes {samba.root}", flush=True)
-        try:
-            signal.pause()
-        except KeyboardInterrupt:
-            pass
+    def banner(samba: "ThrowawaySamba") -> str:
+        return (f"smbd pid {samba.pid} on 127.0.0.1:{samba.port}\n"
+                f"  share {samba.unc}, user {samba.credentials}\n"
+                f"  smb.conf {samba.conf}\n  log {samba.log}\n"
+                f"  bridged: {', '.join(bridged) or 'nothing (native tdb)'}\n"
+                f"  in {samba.root}")
+
+    serve_until_stopped(ThrowawaySamba(setup), banner)
     return 0
 
 
@@ -281,21 +279,10 @@ def _cmd_server(args: argparse.Namespace) -> int:
         print(f"{args.adapter}: no throwaway server (it needs none, or endpoints were given)")
         return 1
 
-    def on_signal(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_signal)
-    try:
-        with backend_options(args.adapter, options) as reach:
-            print(f"{args.adapter}: running; use:\n  "
-                  + " ".join(f"-o {k}={v}" for k, v in reach.items())
-                  + "\nSIGTERM or Ctrl-C stops it and removes its data", flush=True)
-            try:
-                signal.pause()
-            except KeyboardInterrupt:
-                pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    serve_until_stopped(
+        backend_options(args.adapter, options),
+        lambda reach: f"{args.adapter}: running; use:\n  " + " ".join(f"-o {k}={v}" for k, v in reach.items()),
+    )
     return 0
 
 

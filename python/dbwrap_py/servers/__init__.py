@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import TypeVar
 
 from dbwrap_py.registry import find_adapter
 
 _PR_SET_PDEATHSIG = 1
+_Reach = TypeVar("_Reach")
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux: servers just outlive a crashed parent
@@ -41,3 +44,21 @@ def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[s
         return
     with server as server_options:
         yield {**options, **server_options}
+
+
+def serve_until_stopped(server: AbstractContextManager[_Reach],
+                        banner: Callable[[_Reach], str]) -> None:
+    """Start ``server``, print ``banner`` of what it gives, and keep it up
+    until SIGTERM or Ctrl-C; on the way out it stops and removes its data."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with server as reach:
+            print(f"{banner(reach)}\nSIGTERM or Ctrl-C stops it and removes its data", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dbwrap_py.explain import explain
-from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
+from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
 
 #: the suites issue 3 names; path-contention-shared is the benchmark's
 SUITES = (
@@ -86,24 +86,35 @@ def setup_for(mode: str, adapter: str = "tdb", options: dict[str, str] | None = 
 
 
 def run_suite(suite: str, setup: SambaSetup, mode: str, timeout: float = 1800) -> SuiteRun:
-    """One suite (or one subtest, by full name) against a fresh smbd."""
+    """One suite (or one subtest, by full name) against a fresh smbd. An
+    smbd that will not start is a failed run whose cause is smbd's log."""
     run = SuiteRun(suite, mode)
     start = time.monotonic()
-    with ThrowawaySamba(setup) as samba:
-        try:
-            # cwd: smbtorture leaves empty smbtorture* folders in its working directory
-            result = subprocess.run(torture_command(samba, suite), capture_output=True,
-                                    text=True, timeout=timeout, cwd=samba.root)
-            run.returncode = result.returncode
-            run.output = result.stdout + result.stderr
-        except subprocess.TimeoutExpired as exc:
-            run.returncode = -1
-            run.output = f"{_text(exc.stdout)}\ntimed out after {timeout}s"
-        if run.returncode != 0:
-            run.cause = explain(run.output, samba.log_since(0))
+    try:
+        with ThrowawaySamba(setup) as samba:
+            _run_torture(run, samba, timeout)
+    except SambaError as exc:
+        run.returncode = -2
+        run.output = str(exc)
+        run.cause = [f"smbd did not start for {suite}:"] + [
+            line for line in str(exc).splitlines() if line.strip()][:20]
     run.seconds = time.monotonic() - start
     run.results = parse_results(run.output)
     return run
+
+
+def _run_torture(run: SuiteRun, samba: ThrowawaySamba, timeout: float) -> None:
+    try:
+        # cwd: smbtorture leaves empty smbtorture* folders in its working directory
+        result = subprocess.run(torture_command(samba, run.suite), capture_output=True,
+                                text=True, timeout=timeout, cwd=samba.root)
+        run.returncode = result.returncode
+        run.output = result.stdout + result.stderr
+    except subprocess.TimeoutExpired as exc:
+        run.returncode = -1
+        run.output = f"{_text(exc.stdout)}\ntimed out after {timeout}s"
+    if run.returncode != 0:
+        run.cause = explain(run.output, samba.log_since(0))
 
 
 @dataclass

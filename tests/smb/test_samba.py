@@ -142,3 +142,15 @@ def test_a_share_smbd_cannot_serve_is_explained_by_smbd_log_lines():
     assert not rates.ok and rates.opens_per_second == 0
     assert re.match(r"smbd: Error loading module '\S+/no_such_vfs_module\.so'", rates.cause[0]), rates.cause
     assert any("NT_STATUS_BAD_NETWORK_NAME" in line for line in rates.cause), rates.cause
+
+
+def test_a_torture_run_whose_smbd_cannot_start_fails_with_smbd_log_lines():
+    from dbwrap_py.smbtorture import run_suite
+
+    # the bridge refuses an option no adapter reads, so smbd cannot open its databases
+    setup = SambaSetup(bridged=VOLATILE_DATABASES, adapter_options={"no_such_option": "1"},
+                       start_timeout=10)
+    run = run_suite("smb2.create.open", setup, "bridge")
+    assert run.returncode == -2 and not run.results
+    assert run.cause[0] == "smbd did not start for smb2.create.open:", run.cause
+    assert any("no_such_option" in line for line in run.cause), run.cause

@@ -32,7 +32,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd soak-etcd clean
+.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -99,7 +99,7 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 # Everything but the long smbtorture comparisons (what test-fresh runs).
 test-fast: all test-c test-memcheck test-python test-conformance test-smb
 
-test: test-fast test-torture test-torture-etcd test-torture-etcd-cache
+test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
@@ -122,8 +122,9 @@ test-memcheck: all
 test-python: venv $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
 
-# The adapter conformance suite: the tables for tdb, memory and etcd (on a
-# throwaway etcd, 2 s leases to keep it short), then the other adapters and
+# The adapter conformance suite: the tables for tdb, memory, etcd (on a
+# throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
+# one-OSD Ceph, 2 s record locks), then the other adapters and
 # every broken example under pytest. etcd runs twice: without and with the
 # node cache (a throwaway node agent beside the throwaway etcd); sqlite_leased
 # with the node cache too (a throwaway agent on a temporary cluster file;
@@ -134,6 +135,7 @@ test-conformance: all
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
@@ -151,6 +153,10 @@ test-torture-etcd: all
 # Again with the node cache: a throwaway node agent beside the etcd.
 test-torture-etcd-cache: all
 	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o node_cache=yes
+
+# The same suites with smbd's volatile databases on a throwaway Ceph (RADOS omaps).
+test-torture-rados: all
+	$(VPY) -m dbwrap_py.cli torture --adapter rados
 
 # Write-through on all eight: every store reaches etcd before its unlock returns.
 test-torture-etcd-write-through: all
@@ -202,6 +208,19 @@ bench-etcd: all
 		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-write-through.json
 	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes \
 		--connections 1,16,64 --json $(RESULTS)/bench-memory-etcd-node-cache.json
+
+# rados (a throwaway one-OSD Ceph) against native tdb, two paired rounds
+# per point, at three omap ratios: 1, 8 (the default) and 64 objects per
+# volatile database; then its memory and threads per smbd process.
+bench-rados: all
+	@mkdir -p $(RESULTS)
+	for objects in 1 8 64; do \
+		$(VPY) -m dbwrap_py.cli bench smb --adapters rados -o rados:objects=$$objects \
+			--nprocs 1,4,16,64 --time 8 --rounds 2 \
+			--json $(RESULTS)/bench-smb-rados-objects-$$objects.json || exit 1; \
+	done
+	$(VPY) -m dbwrap_py.cli bench memory --adapters rados --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory-rados.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

@@ -61,7 +61,7 @@ setup(
         # short names for dbwrap_py:module; a third-party package adds its own
         "dbwrap_py.adapters": [
             f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
-            for name in ("etcd", "memory", "sqlite", "sqlite_leased", "tdb")
+            for name in ("etcd", "memory", "rados", "sqlite", "sqlite_leased", "tdb")
         ],
     },
 )

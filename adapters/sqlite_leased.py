@@ -27,7 +27,6 @@ SQLite plumbing (round trips, transactions, the opener lock): ``_sqlite_leased_c
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 from collections.abc import Mapping
@@ -65,7 +64,7 @@ class SqliteLeasedAdapter(LeasedAdapter):
         path = os.path.abspath(spec.name)
         self.cluster_file = options.get_str("cluster_file", "") or os.path.join(
             os.path.dirname(path), nodes.CLUSTER_FILE)
-        self.node_cache_id = f"{spec.basename}@{hashlib.blake2b(path.encode(), digest_size=8).hexdigest()}".encode()
+        self.node_cache_id = spec.cluster_name.encode()
         self.wipe_revision = 0  # the node cache voids ownership tokens up to it
         self._inherited: list[Sql] = []  # a child never closes its parent's
         self._connect(first_open=True)

@@ -16,6 +16,7 @@ packages="
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
   etcd-server openssl valgrind
+  ceph-mon ceph-osd ceph-common python3-rados
   ca-certificates
 "
 # What each is for:
@@ -35,6 +36,15 @@ packages="
 #   smbclient                        smbclient, the tests' SMB client
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
+#   ceph-mon                         ceph-mon, the throwaway Ceph's monitor; its dependency
+#                                    ceph-base brings monmaptool and the OSDs' object
+#                                    classes (cls lock: the rados adapter's record locks)
+#   ceph-osd                         ceph-osd, the throwaway Ceph's memstore OSDs
+#   ceph-common                      the ceph and rados CLIs, for looking into a throwaway
+#                                    Ceph (ceph -c CONF osd dump); ceph-osd pre-depends on it
+#   python3-rados                    the rados Python binding: the rados adapter and the
+#                                    throwaway Ceph's own probes (a venv with system
+#                                    site packages sees it)
 #   valgrind                         memcheck over the C suite (make test-memcheck),
 #                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS

@@ -25,6 +25,7 @@ Errors are raised as the typed exceptions in dbwrap_py.errors.
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
@@ -61,6 +62,15 @@ class DatabaseSpec:
     def basename(self) -> str:
         """The file name without directories, e.g. ``locking.tdb``."""
         return os.path.basename(self.name)
+
+    @property
+    def cluster_name(self) -> str:
+        """``<basename>@<16 hex digits of BLAKE2b over the absolute path>``, a
+        database's name in a shared store: the same path names the same
+        database on every host, and two folders holding ``locking.tdb`` do
+        not collide."""
+        path = os.path.abspath(self.name)
+        return f"{self.basename}@{hashlib.blake2b(path.encode(), digest_size=8).hexdigest()}"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@
                                            copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py server ADAPTER [-o k=v ...]    the adapter's throwaway server on 127.0.0.1 until Ctrl-C
+  dbwrap-py ceph [--osds 1|3]              a throwaway Ceph for the rados adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
@@ -290,6 +291,19 @@ def _cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ceph(args: argparse.Namespace) -> int:
+    """A throwaway Ceph of ``--osds`` OSDs until SIGTERM or Ctrl-C; prints
+    the rados adapter's options that reach it."""
+    from dbwrap_py.adapters import _rados_server
+    from dbwrap_py.servers import ServerError
+
+    try:
+        return _rados_server.main(["--osds", str(args.osds)])
+    except ServerError as exc:  # its daemons' log tails say why: no traceback needed
+        print(f"dbwrap-py ceph: {exc}", file=sys.stderr)
+        return 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from dbwrap_py.bench import smb
 
@@ -529,6 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                         help="adapter option (repeatable), e.g. node_cache=yes for a node agent too")
     server.set_defaults(fn=_cmd_server)
+    ceph = sub.add_parser("ceph", help="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until Ctrl-C")
+    ceph.add_argument("--osds", type=int, default=1, choices=(1, 3),
+                      help="3: pool size 3, min_size 2, for fault tests")
+    ceph.set_defaults(fn=_cmd_ceph)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")

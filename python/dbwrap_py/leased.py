@@ -150,8 +150,15 @@ class LeasedAdapter(Adapter):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Timeout(f"record lock not free within {self.op_timeout:g} s")
-            time.sleep(min(pause, left))
+            self.wait_for_release(key, min(pause, left))
             pause = min(pause * 2, 0.05)
+
+    def wait_for_release(self, key: bytes, pause: float) -> None:
+        """Between two tries for a held lock: sleep ``pause`` (it doubles, up
+        to 50 ms). A store that can wake waiters when a lock goes (watches)
+        overrides it; it must return within ``pause`` or a short poll, since
+        a dead holder's lock ends without a wake-up."""
+        time.sleep(pause)
 
     def unlock(self, key: bytes) -> None:
         token = self._tokens.pop(key, None)

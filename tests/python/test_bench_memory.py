@@ -31,13 +31,14 @@ def test_children_and_memory_from_a_proc_folder(tmp_path):
         (tmp_path / str(pid) / "stat").write_text(f"{pid} (smbd) S {ppid} 1 1 0")
     (tmp_path / "self").mkdir()
     (tmp_path / "12" / "smaps_rollup").write_text(ROLLUP)
+    (tmp_path / "12" / "status").write_text("Name:\tsmbd\nThreads:\t7\nSigQ:\t0/1\n")
     assert children_of(10, tmp_path) == {11, 12}
-    assert process_memory(12, tmp_path) == ProcessMemory(12, 24880, 4702)
+    assert process_memory(12, tmp_path) == ProcessMemory(12, 24880, 4702, threads=7)
     assert process_memory(11, tmp_path) is None
 
 
 def rows():
-    native = summarize("native", 16, [ProcessMemory(1, 15000, 2000), ProcessMemory(2, 15400, 2200)],
+    native = summarize("native", 16, [ProcessMemory(1, 15000, 2000), ProcessMemory(2, 15400, 2200, 3)],
                        ProcessMemory(0, 30000, 9000))
     bridged = summarize("bridge+tdb", 16, [ProcessMemory(3, 25000, 4100)], None)
     return [native, bridged]
@@ -45,7 +46,8 @@ def rows():
 
 def test_summarize_means_medians_and_total():
     native, bridged = rows()
-    assert native == MemoryRow("native", 16, 2, 15200.0, 15200.0, 2100.0, 2100.0, 4200, 30000, 9000)
+    assert native == MemoryRow("native", 16, 2, 15200.0, 15200.0, 2100.0, 2100.0, 4200, 30000, 9000,
+                               threads_median=2)
     assert bridged.parent_rss_kib == 0 and bridged.pss_kib_total == 4100
 
 
@@ -54,8 +56,8 @@ def test_gain_is_per_process_against_native_at_the_same_count():
     assert gain == {"backend": "bridge+tdb", "connections": 16, "pss_gain_kib": 2000.0,
                     "rss_gain_kib": 9800.0, "pss_ratio": 1.95}
     lines = table_lines(rows())
-    assert lines[1].split()[-1] == "-"
-    assert lines[2].endswith("+2.0 MiB (1.95x)")
+    assert lines[1].split()[-2:] == ["-", "2"]  # no gain for native; median threads
+    assert lines[2].endswith("+2.0 MiB (1.95x)        1")
 
 
 def test_json_holds_rows_and_gains(tmp_path):

@@ -140,3 +140,29 @@ def test_tdb_to_sqlite_to_etcd_to_tdb_keeps_users_shares_and_acls(etcd):
     finally:
         native.keep = False
         native.stop()
+
+
+def test_persistent_databases_on_rados_serve_smbd_and_copy_back_to_tdb():
+    """secrets, passdb, registry, share_info, account_policy and group_mapping
+    on a throwaway Ceph from the first run: the tools write them through the
+    bridge, a second smbd on the same folder serves them, and ``dbwrap-py
+    copy`` brings them back to native tdb."""
+    from dbwrap_py.adapters._rados_server import CephCluster
+
+    with CephCluster(osds=1) as ceph:
+        options = ceph.options()
+        first = serve(None, "rados", options, first=True)
+        root = first.root
+        try:
+            with first as samba:
+                sid = write_samba_data(samba)
+                assert_samba_data(samba, "rados", sid)
+            assert not list((root / "private").glob("secrets.tdb*")), "secrets reached a file"
+            with serve(root, "rados", options) as samba:
+                assert_samba_data(samba, "rados-again", sid)
+            copy(first, ["rados", *[f"-o{k}={v}" for k, v in options.items()]], ["tdb"])
+            with serve(root, None) as samba:
+                assert_samba_data(samba, "tdb-from-rados", sid)
+        finally:
+            first.keep = False
+            first.stop()

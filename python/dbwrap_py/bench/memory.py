@@ -63,14 +63,19 @@ class ProcessMemory:
     pid: int
     rss_kib: int
     pss_kib: int
+    #: threads in the process (a client library's own threads show here)
+    threads: int = 1
 
 
 def process_memory(pid: int, proc: Path = PROC) -> ProcessMemory | None:
     try:
         fields = parse_smaps_rollup((proc / str(pid) / "smaps_rollup").read_text())
+        status = (proc / str(pid) / "status").read_text()
     except OSError:
         return None
-    return ProcessMemory(pid, fields.get("Rss", 0), fields.get("Pss", 0))
+    threads = next((int(line.split()[1]) for line in status.splitlines()
+                    if line.startswith("Threads:")), 1)
+    return ProcessMemory(pid, fields.get("Rss", 0), fields.get("Pss", 0), threads)
 
 
 @dataclass
@@ -87,6 +92,7 @@ class MemoryRow:
     pss_kib_total: int
     parent_rss_kib: int
     parent_pss_kib: int
+    threads_median: float = 1
 
 
 def summarize(backend: str, connections: int, clients: Sequence[ProcessMemory],
@@ -96,7 +102,8 @@ def summarize(backend: str, connections: int, clients: Sequence[ProcessMemory],
     return MemoryRow(backend, connections, len(clients),
                      round(statistics.mean(rss), 1), statistics.median(rss),
                      round(statistics.mean(pss), 1), statistics.median(pss), sum(pss),
-                     parent.rss_kib if parent else 0, parent.pss_kib if parent else 0)
+                     parent.rss_kib if parent else 0, parent.pss_kib if parent else 0,
+                     statistics.median([p.threads for p in clients] or [1]))
 
 
 def _wait_for_clients(smbd: int, helpers: set[int], wanted: int, timeout: float) -> set[int]:
@@ -189,12 +196,13 @@ def table_lines(rows: Sequence[MemoryRow]) -> list[str]:
     """Per client process: mean RSS and PSS in MiB, and PSS over native's."""
     by_gain = {(g["backend"], g["connections"]): g for g in gains(rows)}
     lines = [f"{'backend':<22}{'conns':>6}{'procs':>6}{'RSS MiB':>9}{'PSS MiB':>9}"
-             f"{'PSS vs native':>18}"]
+             f"{'PSS vs native':>18}{'threads':>9}"]
     for row in rows:
         gain = by_gain.get((row.backend, row.connections))
         extra = f"{gain['pss_gain_kib'] / 1024:+.1f} MiB ({gain['pss_ratio']:.2f}x)" if gain else "-"
         lines.append(f"{row.backend:<22}{row.connections:>6}{row.processes:>6}"
-                     f"{row.rss_kib_mean / 1024:>9.1f}{row.pss_kib_mean / 1024:>9.1f}{extra:>18}")
+                     f"{row.rss_kib_mean / 1024:>9.1f}{row.pss_kib_mean / 1024:>9.1f}{extra:>18}"
+                     f"{row.threads_median:>9g}")
     return lines
 
 

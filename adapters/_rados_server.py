@@ -1,0 +1,611 @@
+"""A throwaway Ceph cluster (one mon, 1 or 3 memstore OSDs) on 127.0.0.1, for tests and benchmarks.
+
+    with CephCluster(osds=3) as ceph:
+        ceph.options()                          # {"conf": ".../ceph.conf", "pool": "dbwrap_py"}
+        ceph.stop_daemon("osd.1", sig=signal.SIGKILL)   # by PID
+        ceph.start_daemon("osd.1")              # same id, same data directory
+        ceph.stop_daemon("mon.a"); ceph.start_daemon("mon.a")   # the mon keeps its store
+
+What it runs: Debian's ceph-mon and ceph-osd in the foreground (``-f``), as
+children of this process, so their PIDs are ours to signal and every daemon
+dies with the process that started it (PR_SET_PDEATHSIG). No mgr (none is
+installed, and pool, object, omap, lock and watch I/O need none), auth none,
+msgr v2 only, every socket on 127.0.0.1: the mon on a free port, the OSDs in
+a port range of their own (``ms bind port min/max``), so clusters run side by
+side.
+
+Settings chosen for tests:
+
+* memstore OSDs: objects live in the OSD's memory, and reach its directory
+  only when it stops by SIGTERM (``osd fast shutdown = false``; Pacific's
+  fast default exits without). A SIGKILLed OSD loses what it took since its
+  last clean stop: with three OSDs (size 3, min_size 2) start_daemon()
+  brings it back and it recovers from the other two; with one, its
+  placement groups would have no copy left and block for ever, so
+  start_daemon() refuses (CephError) instead.
+* ``paxos propose interval = 0.05`` (the default 1 s made each mon change
+  take a second: start took ~4.6 s instead of ~1.5 s).
+* Down-marking in seconds, not minutes. A SIGKILLed OSD is down in ~0.1 s
+  at any setting: its peers' "connection refused" is an immediate report.
+  A paused (SIGSTOPped) one is down once it misses heartbeats for the grace,
+  4 s here (measured 4.8-8.6 s until the map shows it down), and only
+  because one reporter is enough: the default asks for two on different
+  hosts, which one host never has (measured: still up after 25 s; the mon
+  would wait for mon_osd_report_timeout, 15 minutes), and meanwhile its
+  placement groups block every client until its op timeout.
+* Down OSDs are never marked out: with 3 OSDs and 3 replicas there is
+  nowhere to move their data, so "out" would only churn the maps.
+* Recovery without the 0.1 s sleep per object Ceph takes on a disk (a
+  memstore OSD counts as one): a restarted OSD catches up in about a second.
+* ``mon mgr mkfs grace`` of a year, so the missing mgr is not a health error.
+* Clients (the [client] section, so the adapter's clients too): no admin
+  socket (many processes would fight over one); ops fail with TimedOut
+  after ``client_op_timeout`` seconds instead of blocking forever; and a
+  client asks the mon for a new OSD map once an op has waited 1 s
+  (``objecter timeout``, default 10 s). A restarted OSD binds the same ports
+  its dead predecessor had, so a client that slept through the restart
+  sends to it with an outdated map and gets nowhere until it asks: with
+  the default, an op timeout under 10 s never lets it ask (measured: a
+  client with a 2 s op timeout kept timing out for 60 s).
+
+Objects written while the mon is down still go through (a client needs the
+mon only for a new map, a mon command or connecting).
+
+``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT
+(``python -m dbwrap_py.adapters._rados_server --osds 3``, or
+``dbwrap-py ceph --osds 3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from dbwrap_py.servers import ServerError, die_with_parent, serve_until_stopped
+
+HOST = "127.0.0.1"
+POOL = "dbwrap_py"
+PG_NUM = 8
+#: ports in the window per OSD: it binds four (public, cluster, two
+#: heartbeat), the lowest free ones; the spare ones are for a port some
+#: other program takes after the window was picked
+PORTS_PER_OSD = 8
+MEMSTORE_BYTES = 1 << 30
+#: seconds each ceph tool we run (monmaptool, mkfs) may take
+TOOL_TIMEOUT = 30.0
+#: the probe's op timeout: short, so wait_healthy retries soon after a
+#: stalled op, long enough for placement groups to peer after a restart
+PROBE_TIMEOUT = 2
+PROBE_NAMESPACE = "dbwrap_py_probe"  # out of the way of the adapter's objects
+
+#: log lines a tail leaves out: the mon logs every command it is sent, and
+#: wait_healthy sends one every 50 ms
+_NOISE = ("handle_command mon_command", "log_channel(audit)")
+
+#: the throwaway clusters running in this process, by conf path (for
+#: diagnostics: a failed run can show their logs)
+RUNNING: dict[str, "CephCluster"] = {}
+
+
+class CephError(ServerError):
+    """The throwaway Ceph could not be started, or did not become healthy."""
+
+
+def _port_window(size: int) -> list[int]:
+    """``size`` consecutive ports that can be bound now, below the kernel's
+    ephemeral range (where outgoing connections would take them meanwhile)."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(50):
+        base = random.randrange(10000, low - size)
+        ports = list(range(base, base + size))
+        if all(_bindable(p) for p in ports):
+            return ports
+    raise CephError(f"no {size} consecutive free ports on {HOST} below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ceph binds
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _binary(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise CephError(f"no {name} on PATH (Debian: apt-get install {package})")
+    return path
+
+
+def _import_rados() -> Any:
+    try:
+        import rados
+    except ImportError:
+        raise CephError("no rados Python module (Debian: apt-get install python3-rados,"
+                        " and a venv with system site packages)") from None
+    return rados
+
+
+def _conf_text(root: Path, fsid: str, mon_port: int, osd_ports: Sequence[int], osds: int,
+               client_op_timeout: int) -> str:
+    size = min(osds, 3)
+    min_size = max(1, size - 1)  # a replicated pool keeps writing with one replica down
+    return f"""\
+[global]
+fsid = {fsid}
+mon host = [v2:{HOST}:{mon_port}]
+mon initial members = a
+public addr = {HOST}
+cluster addr = {HOST}
+ms bind ipv6 = false
+# msgr v2 only: no legacy v1 listeners
+ms bind msgr1 = false
+ms bind port min = {osd_ports[0]}
+ms bind port max = {osd_ports[-1]}
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth supported = none
+auth allow insecure global id reclaim = false
+mon warn on insecure global id reclaim allowed = false
+run dir = {root}/run
+admin socket = {root}/run/$name.asok
+pid file = {root}/run/$name.pid
+log file = {root}/log/$name.log
+# the mon's cluster log goes to /var/log/ceph otherwise
+mon cluster log file = {root}/log/cluster.log
+# not every mon command (audit DBG lines), so a log tail shows what happened
+mon cluster log file level = info
+crash dir = {root}/crash
+keyring = {root}/keyring
+mon data = {root}/mon/$cluster-$id
+osd data = {root}/osd/$cluster-$id
+osd objectstore = memstore
+memstore device bytes = {MEMSTORE_BYTES}
+# SIGTERM unmounts the store, which is when memstore writes its objects to
+# disk (the fast default exits without, and a restart finds them gone)
+osd fast shutdown = false
+osd pool default size = {size}
+osd pool default min size = {min_size}
+osd pool default pg num = {PG_NUM}
+osd pool default pgp num = {PG_NUM}
+osd pool default pg autoscale mode = off
+# all OSDs are on one host: replicas go to distinct OSDs, not hosts
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+# no mgr is installed; it is not needed for I/O
+mon mgr mkfs grace = 31536000
+paxos propose interval = 0.05
+# every client and daemon finds a restarted mon in about a second, not 3 s and more
+mon client hunt interval = 0.5
+# a dead OSD is down within seconds (see the module's docstring)
+osd heartbeat interval = 1
+osd heartbeat grace = 4
+mon osd adjust heartbeat grace = false
+mon osd min down reporters = 1
+mon osd reporter subtree level = osd
+mon osd down out interval = 0
+mon warn on osd down out interval zero = false
+# a test machine's disk may be fuller than a mon likes; it is not a health problem here
+mon data avail warn = 1
+# memstore counts as a disk: recovery would sleep 0.1 s between objects
+osd recovery sleep hdd = 0
+osd recovery sleep ssd = 0
+osd recovery sleep hybrid = 0
+[client]
+admin socket =
+log file = {root}/log/client.log
+rados osd op timeout = {client_op_timeout}
+rados mon op timeout = {client_op_timeout}
+# ask for a new OSD map after 1 s, not 10 s (see the module's docstring)
+objecter timeout = 1
+objecter tick interval = 1
+"""
+
+
+class _Daemon:
+    """One ceph-mon or ceph-osd: its id, files and (while it runs) process."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name  # "mon.a", "osd.0"
+        self.kind, self.ident = name.split(".", 1)
+        self.log = root / "log" / f"{name}.log"
+        self.out = root / "log" / f"{name}.out"  # what it prints before its log is open
+        self.data = root / self.kind / f"ceph-{self.ident}"
+        self.process: subprocess.Popen[bytes] | None = None
+        #: whether it last stopped by SIGTERM (a memstore OSD then saved its objects)
+        self.clean_stop = False
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class CephCluster:
+    """One mon (``mon.a``) and ``osds`` memstore OSDs on 127.0.0.1, in a
+    temporary directory, with pool ``pool`` created (size min(osds, 3))."""
+
+    def __init__(self, osds: int = 1, *, pool: str = POOL, start_timeout: float = 60.0,
+                 client_op_timeout: int = 30) -> None:
+        if osds < 1:
+            raise ValueError("a Ceph cluster needs at least one OSD")
+        self.osds = osds
+        self.pool = pool
+        self.start_timeout = start_timeout
+        self.client_op_timeout = client_op_timeout
+        self.root: Path | None = None
+        self.mon_port = 0
+        self._daemons: dict[str, _Daemon] = {}
+        self._admin: Any = None  # rados.Rados: mon commands and probes
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def __enter__(self) -> "CephCluster":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Create the cluster and its pool; return once a write and a read on the pool succeed."""
+        for binary, package in (("ceph-mon", "ceph-mon"), ("ceph-osd", "ceph-osd"), ("monmaptool", "ceph-base")):
+            _binary(binary, package)
+        _import_rados()
+        for attempt in range(3):  # the mon's port taken between the check and its bind: new ports
+            try:
+                self._create()
+                RUNNING[self.conf_path] = self
+                return
+            except CephError as exc:
+                logs = self.log_tail()
+                self.stop()
+                if "Address already in use" not in logs or attempt == 2:
+                    raise CephError(f"{exc}\n{logs}") from None
+            except BaseException:
+                self.stop()
+                raise
+
+    def stop(self) -> None:
+        """Kill every daemon by PID, then remove the temporary directory.
+
+        SIGKILL, not SIGTERM: a memstore OSD's clean stop writes all its
+        objects to disk, only for them to be removed the moment after.
+        """
+        if self.root is not None:
+            RUNNING.pop(self.conf_path, None)
+        self._close_admin()
+        for daemon in self._daemons.values():
+            self._kill(daemon, signal.SIGKILL)
+        self._daemons = {}
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+    # -- what tests use -----------------------------------------------------
+
+    @property
+    def conf_path(self) -> str:
+        if self.root is None:
+            raise CephError("the cluster is not running")
+        return str(self.root / "ceph.conf")
+
+    @property
+    def mon_host(self) -> str:
+        return f"[v2:{HOST}:{self.mon_port}]"
+
+    def options(self) -> dict[str, str]:
+        """The rados adapter's options that reach this cluster."""
+        return {"conf": self.conf_path, "pool": self.pool}
+
+    @property
+    def daemons(self) -> list[str]:
+        return list(self._daemons)
+
+    def pid_of(self, name: str) -> int | None:
+        daemon = self._daemon(name)
+        return daemon.process.pid if daemon.process is not None and daemon.running() else None
+
+    def stop_daemon(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        """Stop one daemon by PID with ``sig`` (SIGKILL: a crash) and reap it.
+
+        SIGTERM is a clean stop: a memstore OSD then saves its objects and
+        start_daemon() brings them back; after SIGKILL it has lost them.
+        """
+        self._kill(self._daemon(name), sig, timeout)
+
+    def pause_daemon(self, name: str) -> None:
+        """SIGSTOP: the daemon keeps its sockets but answers nothing."""
+        pid = self.pid_of(name)
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume_daemon(self, name: str) -> None:
+        pid = self.pid_of(name)
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+
+    def start_daemon(self, name: str, wait: bool = True, timeout: float | None = None) -> None:
+        """Start a stopped daemon again on its data directory; with ``wait``,
+        return once it is up (an OSD: up in the OSD map) and the pool takes a
+        write and a read.
+
+        The daemon dies with the thread that calls this (PR_SET_PDEATHSIG
+        follows the thread that forked): call it from a thread that outlives
+        the daemon, as the main thread does.
+        """
+        daemon = self._daemon(name)
+        if daemon.running():
+            raise CephError(f"{name} is running")
+        if daemon.kind == "osd" and self.osds == 1 and not daemon.clean_stop:
+            # its placement groups would wait forever for a copy nobody has
+            raise CephError(f"{name} lost its memstore objects (it did not stop by SIGTERM), and"
+                            " with one OSD no replica holds them: stop it with SIGTERM, or use osds=3")
+        self._spawn(daemon)
+        if wait:
+            self.wait_healthy(timeout)
+
+    def wait_healthy(self, timeout: float | None = None) -> None:
+        """Wait until every running OSD is up in the OSD map and a probe
+        object on the pool can be written and read back.
+
+        CephError, with every daemon's log tail, if a daemon we started has
+        exited or the time runs out.
+        """
+        try:
+            self._wait_healthy(self.start_timeout if timeout is None else timeout)
+        except CephError as exc:
+            raise CephError(f"{exc}\n{self.log_tail()}") from None
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "no attempt"
+        while True:
+            self._check_alive()
+            try:
+                down = self._osds_not_up()
+                if not down:
+                    self._probe()
+                    return
+                last = f"{', '.join(down)} not up in the OSD map"
+            except CephError as exc:
+                last = str(exc)
+            if time.monotonic() > deadline:
+                raise CephError(f"ceph not healthy in {timeout:.0f} s: {last}")
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` of each daemon's log and output, and of the cluster log."""
+        if self.root is None:
+            return ""
+        files = [f for d in self._daemons.values() for f in (d.out, d.log)]
+        files.append(self.root / "log" / "cluster.log")
+        out = []
+        for path in files:
+            try:
+                text = [line for line in path.read_text(errors="replace").splitlines()
+                        if line.strip() and not any(n in line for n in _NOISE)][-lines:]
+            except OSError:
+                continue
+            if text:
+                out.append(f"--- {path.name} ({path}) ---")
+                out.extend(text)
+        return "\n".join(out)
+
+    def rss_kib(self) -> dict[str, int]:
+        """Each running daemon's resident set size (KiB), for benchmarks' notes."""
+        sizes = {}
+        for name, daemon in self._daemons.items():
+            if daemon.process is None or not daemon.running():
+                continue
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{daemon.process.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        sizes[name] = int(line.split()[1])
+        return sizes
+
+    def mon_command(self, command: dict[str, Any]) -> str:
+        """One mon command (as the ``ceph`` CLI sends it); its output, or CephError."""
+        rados = _import_rados()
+        try:
+            ret, out, status = self._admin_handle().mon_command(json.dumps(command), b"")
+        except rados.Error as exc:
+            raise CephError(f"ceph {command['prefix']}: {exc}") from None
+        if ret != 0:
+            raise CephError(f"ceph {command['prefix']}: {os.strerror(-ret)}: {status}")
+        return out.decode(errors="replace")
+
+    # -- creating it ----------------------------------------------------------
+
+    def _create(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="dbwrap-py-ceph-"))
+        for sub in ("mon", "osd", "run", "log", "crash"):
+            (self.root / sub).mkdir()
+        ports = _port_window(1 + PORTS_PER_OSD * self.osds)
+        self.mon_port = ports[0]
+        fsid = str(uuid.uuid4())
+        conf = _conf_text(self.root, fsid, self.mon_port, ports[1:], self.osds, self.client_op_timeout)
+        Path(self.conf_path).write_text(conf)
+        deadline = time.monotonic() + self.start_timeout
+        self._make_mon(fsid)
+        for _ in range(self.osds):
+            self._make_osd()
+        self.mon_command({"prefix": "osd pool create", "pool": self.pool,
+                          "pg_num": PG_NUM, "pgp_num": PG_NUM})
+        # without an application the cluster warns POOL_APP_NOT_ENABLED
+        self.mon_command({"prefix": "osd pool application enable", "pool": self.pool,
+                          "app": "dbwrap_py", "yes_i_really_mean_it": True})
+        self._wait_healthy(max(1.0, deadline - time.monotonic()))  # start() adds the logs
+
+    def _make_mon(self, fsid: str) -> None:
+        assert self.root is not None
+        monmap = self.root / "monmap"
+        self._tool("monmaptool", "--create", "--clobber", "--fsid", fsid,
+                   "--addv", "a", self.mon_host, str(monmap))
+        mon = self._daemons["mon.a"] = _Daemon("mon.a", self.root)
+        self._tool("ceph-mon", "-c", self.conf_path, "--mkfs", "-i", "a", "--monmap", str(monmap))
+        self._spawn(mon)
+
+    def _make_osd(self) -> None:
+        assert self.root is not None
+        osd_uuid = str(uuid.uuid4())
+        ident = self.mon_command({"prefix": "osd new", "uuid": osd_uuid}).strip()
+        osd = self._daemons[f"osd.{ident}"] = _Daemon(f"osd.{ident}", self.root)
+        osd.data.mkdir(parents=True)
+        self._tool("ceph-osd", "-c", self.conf_path, "-i", ident, "--mkfs", "--osd-uuid", osd_uuid)
+        self._spawn(osd)
+
+    def _tool(self, *argv: str) -> None:
+        """Run one ceph tool to completion; CephError with its output if it fails."""
+        try:
+            result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                    timeout=TOOL_TIMEOUT, preexec_fn=die_with_parent)
+        except subprocess.TimeoutExpired:
+            raise CephError(f"{argv[0]} did not finish in {TOOL_TIMEOUT:.0f} s") from None
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode(errors="replace").strip()
+            raise CephError(f"{' '.join(argv)}: exit {result.returncode}\n{output}")
+
+    # -- daemons --------------------------------------------------------------
+
+    def _daemon(self, name: str) -> _Daemon:
+        try:
+            return self._daemons[name]
+        except KeyError:
+            raise CephError(f"no daemon {name!r} (have: {', '.join(self._daemons)})") from None
+
+    def _spawn(self, daemon: _Daemon) -> None:
+        binary = _binary(f"ceph-{daemon.kind}", f"ceph-{daemon.kind}")
+        daemon.clean_stop = False
+        with open(daemon.out, "ab") as out:
+            daemon.process = subprocess.Popen(
+                [binary, "-f", "-c", self.conf_path, "-i", daemon.ident],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop daemons by PID
+                preexec_fn=die_with_parent,
+            )
+
+    def _kill(self, daemon: _Daemon, sig: int, timeout: float = 30.0) -> None:
+        process = daemon.process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, sig)
+                os.kill(process.pid, signal.SIGCONT)  # a paused daemon must act on it
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        daemon.clean_stop = sig == signal.SIGTERM and process.returncode == 0
+        daemon.process = None
+
+    def _check_alive(self) -> None:
+        """CephError if a daemon we started (and did not stop) has exited (callers add the logs)."""
+        for daemon in self._daemons.values():
+            if daemon.process is not None and daemon.process.poll() is not None:
+                raise CephError(f"{daemon.name} exited with status {daemon.process.returncode}")
+
+    # -- the admin client -------------------------------------------------------
+
+    def _admin_handle(self) -> Any:
+        """A librados client with short timeouts, kept for mon commands and probes."""
+        if self._admin is None:
+            rados = _import_rados()
+            handle = rados.Rados(conffile=self.conf_path, conf={
+                "rados_osd_op_timeout": str(PROBE_TIMEOUT),
+                "rados_mon_op_timeout": "5",
+                "client_mount_timeout": "5",
+            })
+            try:
+                handle.connect()
+            except rados.Error as exc:
+                with contextlib.suppress(rados.Error):
+                    handle.shutdown()
+                self._check_alive()  # a mon that exited says why, not just "timed out"
+                raise CephError(f"cannot reach the mon at {self.mon_host}: {exc}") from None
+            self._admin = handle
+        return self._admin
+
+    def _close_admin(self) -> None:
+        if self._admin is not None:
+            # before the daemons go: a client without a mon waits out its timeouts
+            with contextlib.suppress(Exception):
+                self._admin.shutdown()
+            self._admin = None
+
+    def _osds_not_up(self) -> list[str]:
+        """The running OSDs the OSD map does not show up yet."""
+        dump = json.loads(self.mon_command({"prefix": "osd dump", "format": "json"}))
+        up = {f"osd.{o['osd']}" for o in dump.get("osds", []) if o.get("up")}
+        return [n for n, d in self._daemons.items() if d.kind == "osd" and d.running() and n not in up]
+
+    def _probe(self) -> None:
+        rados = _import_rados()
+        payload = uuid.uuid4().bytes
+        try:
+            with self._admin_handle().open_ioctx(self.pool) as ioctx:
+                ioctx.set_namespace(PROBE_NAMESPACE)
+                ioctx.write_full("probe", payload)
+                if ioctx.read("probe") != payload:
+                    raise CephError("the probe object read back wrong")
+                ioctx.remove_object("probe")
+        except rados.Error as exc:
+            # the next attempt on a new client: one that slept through an
+            # OSD's restart may hold a map that still sends to the dead one
+            self._close_admin()
+            raise CephError(f"probe on pool {self.pool}: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def throwaway_cluster(osds: int = 1) -> Iterator[dict[str, str]]:
+    """A cluster for as long as the block runs; yields the rados adapter's options."""
+    with CephCluster(osds=osds) as cluster:
+        yield cluster.options()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A throwaway Ceph with ``--osds`` OSDs until SIGTERM or Ctrl-C."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dbwrap_py.adapters._rados_server",
+        description="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until SIGTERM or Ctrl-C")
+    parser.add_argument("--osds", type=int, default=1, choices=(1, 3))
+    args = parser.parse_args(argv)
+
+    def banner(cluster: CephCluster) -> str:
+        pids = ", ".join(f"{name} {cluster.pid_of(name)}" for name in cluster.daemons)
+        options = " ".join(f"-o {k}={v}" for k, v in cluster.options().items())
+        return (f"ceph: {pids}; mon at {cluster.mon_host}, data in {cluster.root}\n"
+                f"  use: {options}\n"
+                f"  the ceph CLI: ceph -c {cluster.conf_path} osd dump")
+
+    serve_until_stopped(CephCluster(osds=args.osds), banner)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

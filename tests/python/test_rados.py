@@ -1,0 +1,173 @@
+"""The rados adapter on a real throwaway Ceph (one mon, one memstore OSD):
+what the conformance suite does not see from outside: round trips, wake-ups
+by notify, paging past the OSD's 1024-entry cap, atomic commits under
+SIGKILL, and a dead cluster failing within op_timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+rados = pytest.importorskip("rados")
+
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402
+from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
+from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
+from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.errors import FencedOut, Timeout, Unavailable  # noqa: E402
+from dbwrap_py.options import Options  # noqa: E402
+
+VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
+
+
+@pytest.fixture(scope="module")
+def ceph():
+    with CephCluster(osds=1) as cluster:
+        yield cluster
+
+
+def open_db(ceph, tmp_path, name="t.tdb", flags=VOLATILE, **options) -> RadosAdapter:
+    values = {**ceph.options(), **{k: str(v) for k, v in options.items()}}
+    return RadosAdapter(DatabaseSpec(str(tmp_path / name), tdb_flags=flags), Options(values))
+
+
+def test_every_byte_string_round_trips_through_the_key_encoding():
+    keys = [bytes(range(256)), b"%", b"%25", b"SECRETS/MACHINE_PASSWORD/WORKGROUP", b"\xff\x00", b""]
+    for key in keys:
+        encoded = rc.encode_key(key)
+        encoded.encode("ascii")  # omap keys must be UTF-8: ASCII is
+        assert rc.decode_key(encoded) == key
+    assert rc.encode_key(b"SECRETS/SID") == "SECRETS/SID"  # readable where it can be
+
+
+def test_do_locked_is_two_round_trips_and_fetch_locked_one_more(ceph, tmp_path):
+    db = open_db(ceph, tmp_path)
+    before = db.round_trips
+    assert db.lock_get(b"k") is None  # lock + read: pipelined, one round trip
+    assert db.round_trips - before == 1
+    db.put_unlock(b"k", b"v")  # assert + write + unlock: one op
+    assert db.round_trips - before == 2
+    db.lock(b"k")
+    db.put(b"k", b"w")
+    db.unlock(b"k")
+    assert db.get(b"k") == b"w"
+
+
+def test_a_waiter_wakes_by_notify_when_the_holder_lets_go(ceph, tmp_path):
+    holder = open_db(ceph, tmp_path)
+    waiter = open_db(ceph, tmp_path)
+    holder.lock(b"busy")
+    taken = threading.Event()
+    released_at: list[float] = []
+
+    def wait_for_it() -> None:
+        waiter.lock(b"busy")
+        taken.set()
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    time.sleep(0.6)  # the waiter has flagged itself and sleeps on the watch
+    assert not taken.is_set()
+    released_at.append(time.monotonic())
+    holder.put_unlock(b"busy", b"handed over")
+    assert taken.wait(5)
+    thread.join()
+    oid = waiter.oid_of(b"busy")
+    assert waiter._waits.generation.get(oid, 0) >= 1, "the waiter never saw a notify"
+    assert waiter.get(b"busy") == b"handed over"
+    waiter.unlock(b"busy")
+
+
+def test_a_traverse_pages_past_the_osds_1024_entry_cap(ceph, tmp_path):
+    db = open_db(ceph, tmp_path, objects=1)
+    keys = [b"key-%05d" % i for i in range(2500)]
+    for key in keys:
+        db.lock(key)
+        db.put_unlock(key, key[::-1])
+    found = dict(db.scan())
+    assert len(found) == 2500 and found[b"key-01234"] == b"43210-yek"
+
+
+def test_an_expired_holder_cannot_write_over_the_next_one(ceph, tmp_path):
+    stale = open_db(ceph, tmp_path, lease=1)
+    fresh = open_db(ceph, tmp_path, lease=1)
+    stale.lock(b"r")
+    time.sleep(1.3)  # the OSD ends the lock
+    fresh.lock(b"r")
+    fresh.put(b"r", b"fresh")
+    with pytest.raises(FencedOut):
+        stale.put(b"r", b"stale")
+    fresh.unlock(b"r")
+    assert fresh.get(b"r") == b"fresh"
+
+
+def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):
+    """SIGKILL the committing process at moments around its commit: a reader
+    sees either every record of the transaction or none."""
+    reader = open_db(ceph, tmp_path, "secrets.tdb", flags=0)
+    committed = []
+    for attempt in range(12):
+        ready, go = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            db = open_db(ceph, tmp_path, "secrets.tdb", flags=0, lease=1)
+            db.transaction_start()  # waits out a killed predecessor's lock (1 s)
+            for i in range(300):
+                db.lock(b"k%d" % i)
+                db.put_unlock(b"k%d" % i, b"round %d" % attempt)
+            os.write(go, b"c")
+            db.transaction_commit()
+            os._exit(0)
+        os.close(go)
+        os.read(ready, 1)  # the child is about to commit
+        os.close(ready)
+        time.sleep(0.0003 * attempt)  # from before the op leaves to after it lands
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        got = sum(1 for _, v in reader.scan() if v == b"round %d" % attempt)
+        assert got in (0, 300), f"attempt {attempt}: {got} of 300 records committed"
+        committed.append(got == 300)
+    assert True in committed and False in committed, f"kills all landed on one side: {committed}"
+
+
+def test_a_paused_osd_fails_calls_within_op_timeout_and_they_work_again(tmp_path):
+    with CephCluster(osds=1) as cluster:
+        db = RadosAdapter(DatabaseSpec(str(tmp_path / "p.tdb"), tdb_flags=VOLATILE),
+                          Options({**cluster.options(), "op_timeout": "2"}))
+        db.lock(b"x")
+        db.put_unlock(b"x", b"1")
+        cluster.pause_daemon("osd.0")
+        try:
+            start = time.monotonic()
+            with pytest.raises((Timeout, Unavailable)):
+                db.get(b"x")
+            assert time.monotonic() - start < 4
+        finally:
+            cluster.resume_daemon("osd.0")
+        assert db.get(b"x") == b"1"
+        db.close()  # its watches, while the cluster is there to end them
+
+
+def test_forked_children_connect_with_addresses_of_their_own(ceph, tmp_path):
+    """Ceph draws a client's messenger nonce from a per-thread random engine
+    that fork copies: children connecting from their main thread shared one
+    address, and the OSD mistook each for the other reconnecting."""
+    db = open_db(ceph, tmp_path)
+    parent_address = rc.CLIENTS.by_config[db.config][0].get_addrs()
+    readers = []
+    for _ in range(3):
+        read_end, write_end = os.pipe()
+        if os.fork() == 0:  # pragma: no cover - the child
+            db.get(b"any")  # connects this process's client
+            os.write(write_end, rc.CLIENTS.by_config[db.config][0].get_addrs().encode())
+            os._exit(0)
+        os.close(write_end)
+        readers.append(read_end)
+    addresses = {os.read(r, 200).decode() for r in readers}
+    for _ in readers:
+        os.wait()
+    assert len(addresses) == 3 and parent_address not in addresses, addresses

@@ -21,6 +21,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import errno
+import gc
 import hashlib
 import os
 import struct
@@ -252,3 +253,10 @@ class _Clients:
 
 
 CLIENTS = _Clients()
+
+# Objects in reference cycles (an adapter and its watches' callbacks) are
+# freed by the cycle collector whenever it runs, which may be in a forked
+# child: freeing an inherited Watch there unwatches through the parent's
+# client and hangs for ever. Objects alive at fork are frozen for the fork
+# (gc.freeze), so a child never collects them; the parent thaws its own.
+os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)

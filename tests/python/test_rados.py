@@ -114,6 +114,7 @@ def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):
         ready, go = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
+            signal.alarm(30)  # a hung child ends, and the parent reads EOF
             db = open_db(ceph, tmp_path, "secrets.tdb", flags=0, lease=1)
             db.transaction_start()  # waits out a killed predecessor's lock (1 s)
             for i in range(300):
@@ -123,8 +124,9 @@ def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):
             db.transaction_commit()
             os._exit(0)
         os.close(go)
-        os.read(ready, 1)  # the child is about to commit
+        about_to_commit = os.read(ready, 1)
         os.close(ready)
+        assert about_to_commit == b"c", f"attempt {attempt}: the child died before its commit"
         time.sleep(0.0003 * attempt)  # from before the op leaves to after it lands
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -162,6 +164,7 @@ def test_forked_children_connect_with_addresses_of_their_own(ceph, tmp_path):
     for _ in range(3):
         read_end, write_end = os.pipe()
         if os.fork() == 0:  # pragma: no cover - the child
+            signal.alarm(30)  # a hung child ends, and the parent reads EOF
             db.get(b"any")  # connects this process's client
             os.write(write_end, rc.CLIENTS.by_config[db.config][0].get_addrs().encode())
             os._exit(0)
@@ -171,3 +174,27 @@ def test_forked_children_connect_with_addresses_of_their_own(ceph, tmp_path):
     for _ in readers:
         os.wait()
     assert len(addresses) == 3 and parent_address not in addresses, addresses
+
+
+def test_a_child_never_frees_the_parents_watches(ceph, tmp_path):
+    """An adapter with watches is cyclic garbage when it is dropped; the
+    cycle collector running in a forked child must not free its inherited
+    Watch (that unwatches through the parent's client and hangs)."""
+    import gc
+
+    gc.disable()  # the garbage must outlive the fork
+    try:
+        holder, waiter = open_db(ceph, tmp_path), open_db(ceph, tmp_path)
+        holder.lock(b"w")
+        waiter._watch(waiter.oid_of(b"w"))  # a watch whose callback refers back to the adapter
+        holder.unlock(b"w")
+        del holder, waiter
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            signal.alarm(20)
+            gc.collect()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gc.enable()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status} (hung?)"

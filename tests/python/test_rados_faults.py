@@ -65,6 +65,7 @@ def test_a_killed_osd_loses_no_acknowledged_increment(ceph, tmp_path):
     for i in range(WORKERS):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - a worker
+            signal.alarm(SECONDS + 60)  # a hung worker ends, and fails the test
             code = 1
             try:
                 increment_for(ceph, path, SECONDS, str(tmp_path / f"w{i}.json"))
@@ -101,6 +102,7 @@ def test_with_the_mon_stopped_new_clients_fail_within_op_timeout_and_recover(cep
         assert db.get(b"k") == b"before"  # a connected client needs no mon for data
         pid = os.fork()
         if pid == 0:  # pragma: no cover - a new process: a new client must reach the mon
+            signal.alarm(30)
             start = time.monotonic()
             try:
                 open_db(ceph, path, op_timeout="2").get(b"k")

@@ -32,7 +32,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
+.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -104,7 +104,8 @@ test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-tort
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
 # configurations `make test` leaves out. `make soak-etcd` is separate (~30 min).
-test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache
+test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
+	test-torture-rados-cache
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -125,10 +126,10 @@ test-python: venv $(BRIDGE_LIB)
 # The adapter conformance suite: the tables for tdb, memory, etcd (on a
 # throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
 # one-OSD Ceph, 2 s record locks), then the other adapters and
-# every broken example under pytest. etcd runs twice: without and with the
-# node cache (a throwaway node agent beside the throwaway etcd); sqlite_leased
-# with the node cache too (a throwaway agent on a temporary cluster file;
-# without it, it runs under pytest).
+# every broken example under pytest. etcd and rados run twice: without and
+# with the node cache (a throwaway node agent beside the throwaway store);
+# sqlite_leased with the node cache too (a throwaway agent on a temporary
+# cluster file; without it, it runs under pytest).
 test-conformance: all
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
@@ -136,6 +137,7 @@ test-conformance: all
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
@@ -158,11 +160,15 @@ test-torture-etcd-cache: all
 test-torture-rados: all
 	$(VPY) -m dbwrap_py.cli torture --adapter rados
 
+# Again with the node cache: a throwaway node agent beside the Ceph.
+test-torture-rados-cache: all
+	$(VPY) -m dbwrap_py.cli torture --adapter rados -o node_cache=yes
+
 # Write-through on all eight: every store reaches etcd before its unlock returns.
 test-torture-etcd-write-through: all
 	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o node_cache=write-through
 
-# The node cache on the second adapter that implements its protocol.
+# The node cache on sqlite_leased, the small example of its protocol.
 test-torture-sqlite-leased-cache: all
 	$(VPY) -m dbwrap_py.cli torture --adapter sqlite_leased -o node_cache=yes
 
@@ -211,7 +217,9 @@ bench-etcd: all
 
 # rados (a throwaway one-OSD Ceph) against native tdb, two paired rounds
 # per point, at three omap ratios: 1, 8 (the default) and 64 objects per
-# volatile database; then its memory and threads per smbd process.
+# volatile database; then its memory and threads per smbd process; then
+# the node cache (opens/s), and round trips per dbwrap operation (bench
+# micro) without and with it.
 bench-rados: all
 	@mkdir -p $(RESULTS)
 	for objects in 1 8 64; do \
@@ -221,6 +229,12 @@ bench-rados: all
 	done
 	$(VPY) -m dbwrap_py.cli bench memory --adapters rados --connections 1,16,64 \
 		--json $(RESULTS)/bench-memory-rados.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters rados -o rados:node_cache=yes \
+		--nprocs 1,4,16,64 --time 8 --rounds 2 --json $(RESULTS)/bench-smb-rados-cache.json
+	$(VPY) -m dbwrap_py.cli bench micro --adapters rados --time 1 \
+		--json $(RESULTS)/bench-micro-rados.json
+	$(VPY) -m dbwrap_py.cli bench micro --adapters rados -o rados:node_cache=yes --time 1 \
+		--json $(RESULTS)/bench-micro-rados-cache.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

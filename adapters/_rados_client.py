@@ -23,16 +23,19 @@ import contextlib
 import errno
 import gc
 import hashlib
+import math
 import os
 import struct
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import rados
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, Timeout, Unavailable
+from dbwrap_py.nodecache.layout import bucket_of
 
 #: bytes that stay themselves in an encoded key: printable ASCII but '%'
 _SAFE = bytes(c for c in range(0x21, 0x7F) if c != ord("%"))
@@ -42,6 +45,10 @@ _LOCK_EXCLUSIVE = 1
 OMAP_PAGE = 1024
 #: errno of a failed omap_cmp guard
 ECANCELED = 125
+#: cls_lock flag: renew a lock this locker holds; fail (ENOENT) if it no longer holds it
+LOCK_MUST_RENEW = 2
+#: what a write op's own guards refuse it with (a lock held, a compare or a version that failed)
+REFUSED = (errno.EBUSY, errno.EEXIST, errno.ENOENT, ECANCELED, errno.ERANGE, errno.EOVERFLOW)
 
 
 def encode_key(key: bytes) -> str:
@@ -65,12 +72,37 @@ def _framed(payload: bytes) -> bytes:
     return struct.pack("<BBI", 1, 1, len(payload)) + payload
 
 
-def lock_op(name: str, cookie: str, seconds: float) -> bytes:
+def lock_op(name: str, cookie: str, seconds: float, flags: int = 0) -> bytes:
     """cls_lock_lock_op: an exclusive lock that the OSD lets expire after ``seconds``."""
     whole = int(seconds)
     nanos = int(round((seconds - whole) * 1e9))
     return _framed(_string(name) + bytes([_LOCK_EXCLUSIVE]) + _string(cookie) + _string("")
-                   + _string("") + struct.pack("<II", whole, nanos) + bytes([0]))
+                   + _string("") + struct.pack("<II", whole, nanos) + bytes([flags]))
+
+
+def get_info_op(name: str) -> bytes:
+    """cls_lock_get_info_op: who holds lock ``name``."""
+    return _framed(_string(name))
+
+
+def locker_cookies(reply: bytes) -> set[str]:
+    """The cookies of the unexpired lockers in a cls_lock_get_info_reply (the
+    OSD drops expired lockers before it answers): a map of locker_id_t
+    (entity_name_t, cookie) to locker_info_t, each framed, the latter skipped."""
+    cookies: set[str] = set()
+    if len(reply) < 10:
+        return cookies
+    (count,) = struct.unpack_from("<I", reply, 6)
+    at = 10
+    for _ in range(count):
+        (length,) = struct.unpack_from("<I", reply, at + 2)
+        start = at + 6
+        (size,) = struct.unpack_from("<I", reply, start + 9)  # after entity_name_t: u8 type, s64 num
+        cookies.add(reply[start + 13:start + 13 + size].decode())
+        at = start + length
+        (length,) = struct.unpack_from("<I", reply, at + 2)
+        at += 6 + length
+    return cookies
 
 
 def assert_op(name: str, cookie: str) -> bytes:
@@ -80,9 +112,22 @@ def assert_op(name: str, cookie: str) -> bytes:
 
 
 def lock_name(key: bytes) -> str:
-    """A record's cls_lock name: a digest, since the lock lives in an xattr
-    named after it and the OSD caps xattr names (osd_max_attr_name_len, 100)."""
-    return "r" + hashlib.blake2b(key, digest_size=16).hexdigest()
+    """A record's cls_lock name: its bucket, then a digest, since the lock
+    lives in an xattr named after it and the OSD caps xattr names
+    (osd_max_attr_name_len, 100). A node claiming a bucket finds the
+    processes' locks in it by the bucket."""
+    return f"r{bucket_of(key):02x}{hashlib.blake2b(key, digest_size=16).hexdigest()}"
+
+
+def bucket_locks(bucket: int) -> str:
+    """The xattr name prefix of the record locks in ``bucket``."""
+    return f"lock.r{bucket:02x}"
+
+
+def record_oid(meta_oid: str, objects: int, key: bytes) -> str:
+    """The object that holds ``key``: by its bucket, so that a bucket's
+    records, locks and claim are all in one object (a claim is one op)."""
+    return f"{meta_oid}/{bucket_of(key) % objects}"
 
 
 def lock_xattr(name: str) -> str:
@@ -149,9 +194,10 @@ class ClientConfig:
         if options.get("keyring"):
             settings["key"] = read_key(options["keyring"], options.get("user") or "admin")
         settings.pop("keyring", None)
-        settings.update({"rados_osd_op_timeout": f"{op_timeout:g}",
-                         "rados_mon_op_timeout": f"{op_timeout:g}",
-                         "client_mount_timeout": f"{op_timeout:g}",
+        seconds = str(max(1, math.ceil(op_timeout)))  # Ceph takes whole seconds here (0.5 is EINVAL)
+        settings.update({"rados_osd_op_timeout": seconds,
+                         "rados_mon_op_timeout": seconds,
+                         "client_mount_timeout": seconds,
                          "log_file": "", "admin_socket": "", "log_to_stderr": "false",
                          "err_to_stderr": "false"})
         return cls(tuple(sorted(settings.items())), options.get("user", ""),
@@ -260,3 +306,126 @@ CLIENTS = _Clients()
 # client and hangs for ever. Objects alive at fork are frozen for the fork
 # (gc.freeze), so a child never collects them; the parent thaws its own.
 os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
+
+
+#: notifies in flight, kept until their callbacks ran (a child never runs its parent's)
+_NOTIFIES: set[object] = set()
+
+
+class Ops:
+    """Ops on one configuration's client in this process, counted: ``ops``
+    sent, and ``round_trips``, the waits for the cluster (ops sent together
+    count once). A write op's refusal by its own guards (a lock held, a
+    compare or a version that failed) is its negative errno, not an error."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.ops = 0
+        self.round_trips = 0
+
+    @property
+    def io(self) -> rados.Ioctx:
+        return CLIENTS.ioctx(self.config)
+
+    def write(self, oid: str, build: Callable[[rados.WriteOp], object], what: str) -> int:
+        with rados.WriteOpCtx() as op:
+            build(op)
+            return self.send(op, oid, what)
+
+    def send(self, op: rados.WriteOp, oid: str, what: str) -> int:
+        self.ops += 1
+        self.round_trips += 1
+        io = self.io  # connecting fails here, apart from the op's own refusals
+        try:
+            io.operate_write_op(op, oid)
+        except rados.Error as exc:
+            code = getattr(exc, "errno", None)
+            if code in REFUSED:
+                return -code
+            raise mapped(exc, what) from exc
+        return 0
+
+    def read(self, oid: str, keys: list[str], what: str = "read") -> dict[str, bytes]:
+        """The omap values of those ``keys`` that exist (an empty one as b"")."""
+        self.ops += 1
+        self.round_trips += 1
+        io = self.io
+        with rados.ReadOpCtx() as op:
+            values, _ = io.get_omap_vals_by_keys(op, keys)
+            try:
+                io.operate_read_op(op, oid)
+            except rados.ObjectNotFound:
+                return {}
+            except rados.Error as exc:
+                raise mapped(exc, what) from exc
+            return {name: value or b"" for name, value in values}
+
+    def write_read(self, oid: str, build: Callable[[rados.WriteOp], object], keys: list[str],
+                   what: str) -> tuple[int, dict[str, bytes]]:
+        """A write op and a read of ``keys`` ordered behind it, sent together:
+        one round trip. The read is answered whether the write was refused or not."""
+        if not keys:
+            return self.write(oid, build, what), {}
+        io = self.io
+        with rados.WriteOpCtx() as writer, rados.ReadOpCtx() as reader:
+            build(writer)
+            values, _ = io.get_omap_vals_by_keys(reader, keys)
+            self.ops += 2
+            self.round_trips += 1
+            with translated(what):
+                wrote = io.operate_aio_write_op(writer, oid)
+                fetched = io.operate_aio_read_op(reader, oid, flag=rados.LIBRADOS_OPERATION_ORDER_READS_WRITES)
+                wrote.wait_for_complete()
+                fetched.wait_for_complete()
+            result, read = wrote.get_return_value(), fetched.get_return_value()
+            if result < 0 and -result not in REFUSED:
+                raise failed(result, what)
+            if read < 0 and read != -errno.ENOENT:
+                raise failed(read, what)
+            return result, ({name: value or b"" for name, value in values} if read == 0 else {})
+
+    def page(self, oid: str, after: str, prefix: str, what: str) -> tuple[list[tuple[str, bytes]], int]:
+        """Up to OMAP_PAGE omap entries named ``prefix``... after ``after``,
+        and the object's version then (0: there is no object)."""
+        self.ops += 1
+        self.round_trips += 1
+        io = self.io
+        with rados.ReadOpCtx() as op:
+            values, _ = io.get_omap_vals(op, after, prefix, OMAP_PAGE)
+            try:
+                io.operate_read_op(op, oid)
+            except rados.ObjectNotFound:
+                return [], 0
+            except rados.Error as exc:
+                raise mapped(exc, what) from exc
+            return [(name, value or b"") for name, value in values], io.get_last_version()
+
+    def notify(self, oid: str, msg: str, what: str, timeout_ms: int = 5000,
+               answered: Callable[[int, list | None], None] | None = None) -> None:
+        """Notify ``oid``'s watchers; ``answered(result, acks)`` when they
+        have answered, if given. Nobody waits here; the completion is kept
+        until its callback ran (or for ever: one freed earlier would crash
+        the callback)."""
+        self.ops += 1
+
+        def done(completion: object, result: int, acks: list | None, timeouts: list | None) -> None:
+            _NOTIFIES.discard(completion)
+            if answered is not None:
+                answered(result, acks)
+
+        with translated(what):
+            _NOTIFIES.add(self.io.aio_notify(oid, done, msg=msg, timeout_ms=timeout_ms))
+
+    def lock_holders(self, oid: str, name: str, what: str) -> set[str]:
+        """The cookies that hold cls_lock ``name`` on ``oid`` now, by the OSD's clock."""
+        self.ops += 1
+        self.round_trips += 1
+        try:
+            result, reply = self.io.execute(oid, "lock", "get_info", get_info_op(name), 4096)
+        except rados.ObjectNotFound:
+            return set()
+        except rados.Error as exc:
+            raise mapped(exc, what) from exc
+        if result < 0:
+            raise failed(result, what)
+        return locker_cookies(reply)

@@ -5,15 +5,18 @@ Layout, for database ``<db>`` = ``DatabaseSpec.cluster_name`` and option
 
     <prefix>/<db>        the database's meta object: its version is the
                          seqnum; openers of a volatile database watch it
-    <prefix>/<db>/<i>    the records, spread over ``objects`` objects by a
-                         hash of the key (the seed talk's omap ratio); a
-                         persistent database has one, so a transaction's
-                         commit is one atomic write op
+    <prefix>/<db>/<i>    the records, spread over ``objects`` objects by
+                         the key's bucket, a hash (the seed talk's omap
+                         ratio; at most 256, the buckets); a persistent
+                         database has one, so a transaction's commit is one
+                         atomic write op
 
 In a record object, omap key ``k<key>`` is a record and ``w<key>`` says
 that a process waits for the record's lock (``<key>``: the Samba key,
 percent-encoded, see _rados_client). The lock on a record is cls_lock
-``r<digest of the key>`` on its object; ``t`` is a persistent database's transaction lock.
+``r<bucket><digest of the key>`` on its object; ``t`` is a persistent
+database's transaction lock. The meta object's xattrs: ``n``, the number of
+objects (the first opener's choice stands), and ``e``, the epoch (wipes so far).
 
 Record locks (dbwrap_py.leased builds lock, put, unlock on these):
 
@@ -33,27 +36,33 @@ TDB_CLEAR_IF_FIRST: an opener takes cls_lock ``open`` on the meta object,
 notifies it, and wipes the database if no other opener's watch answers;
 then it watches the meta object itself. A killed opener's watch lingers
 until the OSD times it out (osd_client_watch_timeout, 30 s by default).
+
+Node cache (``node_cache = yes``, volatile databases): ``_rados_ownership``
+is this adapter's side of the protocol, with its entries in the record
+objects. A record lock here is refused while a live node owns the record
+(guards in the lock op), and that node is asked to hand it over.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
 import secrets
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 
 import rados
 
 from dbwrap_py.adapter import TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _rados_client as rc
+from dbwrap_py.adapters import _rados_ownership as owning
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.nodecache.adapter import node_cache_mode
+from dbwrap_py.nodecache.layout import BUCKETS
 from dbwrap_py.options import Options
 
 DEFAULT_OBJECTS = 8
@@ -63,22 +72,10 @@ DEFAULT_LEASE = 10.0
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 #: the longest a waiter sleeps between tries without a notify
 MAX_WAIT_POLL = 0.2
+#: a persistent database's transaction lock (cls_lock on its one object)
+TRANSACTION_LOCK = "t"
 #: how long an opener waits for other openers' watches to answer
 OPENER_PING_MS = 500
-_REFUSED = (errno.EBUSY, errno.ENOENT)
-
-
-@dataclasses.dataclass
-class _Counters:
-    ops: int = 0  # write and read ops sent
-    round_trips: int = 0  # waits for the cluster (pipelined ops count once)
-
-
-def _value(found: dict[str, bytes | None], name: str) -> bytes | None:
-    """The binding reads an empty omap value as None."""
-    if name not in found:
-        return None
-    return found[name] or b""
 
 
 class _Waits:
@@ -104,7 +101,8 @@ class RadosAdapter(LeasedAdapter):
     capabilities = Capabilities(
         transactions=True, lock_release_seconds=DEFAULT_LEASE, max_value_size=MAX_VALUE_SIZE,
         notes=("a persistent database is one object: its transaction commits in one write op",
-               "record locks in a persistent database do not wait for another process's transaction"))
+               "in a persistent database a record lock waits for another process's transaction; "
+               "a transaction does not wait for record locks taken before it started"))
     option_names = (*LEASE_OPTIONS, "conf", "mon_host", "pool", "objects", "prefix", "user", "keyring")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
@@ -116,13 +114,17 @@ class RadosAdapter(LeasedAdapter):
         if not prefix:
             raise ConfigError("option prefix must not be empty")
         objects = options.get_int("objects", DEFAULT_OBJECTS, minimum=1)
+        if objects > BUCKETS:
+            raise ConfigError(f"objects = {objects}: at most {BUCKETS}, the buckets records are placed by")
         self.objects = 1 if spec.persistent else objects
+        self.prefix = prefix
         self.meta_oid = f"{prefix}/{spec.cluster_name}"
-        self.counters = _Counters()
+        self.node_cache_id = spec.cluster_name.encode()
+        self.epoch = 0  # CLEAR_IF_FIRST wipes so far: ownership tokens of earlier ones are void
+        self.ops = rc.Ops(self.config)
         self._bump_seqnum = spec.persistent is False and bool(spec.tdb_flags & TDB_SEQNUM)
         self._waits = _Waits()
         self._flagged: set[bytes] = set()  # keys whose wait flag we set since the last wake
-        self._pending: set[object] = set()  # notifies in flight
         self._txn: dict[bytes, bytes | None] | None = None
         self._txn_cookie = ""
         self._opener_watch: object | None = None
@@ -133,18 +135,17 @@ class RadosAdapter(LeasedAdapter):
 
     @property
     def io(self) -> rados.Ioctx:
-        return rc.CLIENTS.ioctx(self.config)
+        return self.ops.io
 
     def oid_of(self, key: bytes) -> str:
-        shard = zlib.crc32(key) % self.objects if self.objects > 1 else 0
-        return f"{self.meta_oid}/{shard}"
+        return rc.record_oid(self.meta_oid, self.objects, key)
 
     def all_oids(self) -> list[str]:
         return [f"{self.meta_oid}/{i}" for i in range(self.objects)]
 
     @property
     def round_trips(self) -> int:
-        return self.counters.round_trips
+        return self.ops.round_trips
 
     # -- ops ------------------------------------------------------------------------
 
@@ -152,75 +153,53 @@ class RadosAdapter(LeasedAdapter):
                records: bool = False) -> int:
         """Send one write op; 0, or the negative errno the OSD refused it with.
         ``records``: it changes records, so the seqnum moves too."""
-        with rados.WriteOpCtx() as op:
-            build(op)
-            return self._send(op, oid, what, records and self._bump_seqnum)
-
-    def _send(self, op: rados.WriteOp, oid: str, what: str, bump_seqnum: bool) -> int:
-        self.counters.ops += 1
-        self.counters.round_trips += 1
-        io = self.io  # connecting fails here, apart from the op's own refusals
-        bump = self._seqnum_bump() if bump_seqnum else None
+        bump = self._seqnum_bump() if records and self._bump_seqnum else None
         try:
-            io.operate_write_op(op, oid)
-        except rados.Error as exc:
-            code = getattr(exc, "errno", None)
-            if code in (*_REFUSED, rc.ECANCELED):
-                return -code
-            raise rc.mapped(exc, what) from exc
+            return self.ops.write(oid, build, what)
         finally:
             if bump is not None:
                 bump.wait_for_complete()
-        return 0
 
     def _seqnum_bump(self) -> object:
         """An op on the meta object, sent beside a record write: its version moves."""
-        self.counters.ops += 1
+        self.ops.ops += 1
         with rados.WriteOpCtx() as op:
             op.set_xattr("s", b"")
-            return self.io.operate_aio_write_op(op, self.meta_oid)
-
-    def _read(self, oid: str, keys: list[str]) -> dict[str, bytes]:
-        self.counters.ops += 1
-        self.counters.round_trips += 1
-        with rados.ReadOpCtx() as op:
-            values, _ = self.io.get_omap_vals_by_keys(op, keys)
-            try:
-                self.io.operate_read_op(op, oid)
-            except rados.ObjectNotFound:
-                return {}
-            except rados.Error as exc:
-                raise rc.mapped(exc, "read") from exc
-            return dict(values)
+            with rc.translated("seqnum"):
+                return self.io.operate_aio_write_op(op, self.meta_oid)
 
     # -- the lease primitives (dbwrap_py.leased) -------------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
         if self._txn is not None:
             return True, self._txn_get(key)
-        oid, name = self.oid_of(key), rc.encode_key(key)
-        with rados.WriteOpCtx() as lock, rados.ReadOpCtx() as reader:
-            lock.execute("lock", "lock", rc.lock_op(rc.lock_name(key), f"{token:x}", seconds))
-            values, _ = self.io.get_omap_vals_by_keys(reader, ["k" + name])
-            self.counters.ops += 2 if read else 1
-            self.counters.round_trips += 1
-            with rc.translated("lock"):
-                locked = self.io.operate_aio_write_op(lock, oid)
-                fetched = self.io.operate_aio_read_op(
-                    reader, oid, flag=rados.LIBRADOS_OPERATION_ORDER_READS_WRITES) if read else None
-                locked.wait_for_complete()
-                if fetched is not None:
-                    fetched.wait_for_complete()
-            result = locked.get_return_value()
+        names, oid = owning.Names.of(key), self.oid_of(key)
+        found: dict[str, bytes] = {}
+        for _ in range(3):  # else the caller waits, and tries again
+            def build(op: rados.WriteOp) -> None:
+                op.execute("lock", "lock", rc.lock_op(rc.lock_name(key), f"{token:x}", seconds))
+                if self.spec.persistent:  # no transaction runs: its lock, taken and dropped in the op
+                    op.execute("lock", "lock", rc.lock_op(TRANSACTION_LOCK, f"{token:x}", 1.0))
+                    op.rm_xattr(rc.lock_xattr(TRANSACTION_LOCK))
+                else:  # no node owns it (the node cache), nor its bucket
+                    owning.guard_free(op, names, found)
+
+            result, found = self.ops.write_read(oid, build, names.all() if read or not self.spec.persistent
+                                                else [], "lock")
             if result in (-errno.EBUSY, -errno.EEXIST):
                 return False, None
-            if result < 0:
-                raise rc.failed(result, "lock")
-            if fetched is not None and fetched.get_return_value() < 0:
-                self.end_lease(key, token)
-                raise rc.failed(fetched.get_return_value(), "lock and read")
-            self._flagged.discard(key)
-            return True, (_value(dict(values), "k" + name) if read else None)
+            if result == 0:
+                self._flagged.discard(key)
+                return True, (found.get(names.record) if read else None)
+            held = owning.Holding.read(names, found)
+            if held.entry:
+                owner = self.ownership().settle(key, held)
+                if owner is not None:  # a live node: ask it, and wait as for a lock
+                    self.ownership().request_release(key, owner, 0)
+                    return False, None
+            # free (a dead node's hold removed, or the key detached from a
+            # claim): again, guarded on what was read
+        return False, None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._txn is not None:
@@ -290,21 +269,20 @@ class RadosAdapter(LeasedAdapter):
 
     def _notify(self, oid: str, name: str) -> None:
         """Wake the object's watchers; nobody waits for their answers."""
-        self.counters.ops += 1
-
-        def done(completion: object, *_: object) -> None:
-            self._pending.discard(completion)
-
-        with rc.translated("notify"):
-            self._pending.add(self.io.aio_notify(oid, done, msg=name, timeout_ms=5000))
+        self.ops.notify(oid, name, "notify")
 
     # -- reads and the rest ---------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
         if self._txn is not None:
             return self._txn_get(key)
-        name = "k" + rc.encode_key(key)
-        return _value(self._read(self.oid_of(key), [name]), name)
+        names = owning.Names.of(key)
+        found = self.ops.read(self.oid_of(key), names.all() if not self.spec.persistent else [names.record])
+        if owning.Holding.read(names, found).entry:
+            value = self.lock_get(key)  # a node's copy is the newer: have it handed back, as a lock does
+            self.unlock(key)
+            return value
+        return found.get(names.record)
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         if self._txn is not None:
@@ -318,35 +296,24 @@ class RadosAdapter(LeasedAdapter):
         for oid in self.all_oids():
             after = ""
             while True:
-                page = self._page(oid, after)
+                page, _ = self.ops.page(oid, after, "k", "traverse")
                 for name, value in page:
                     yield rc.decode_key(name[1:]), value or b""
                 if len(page) < rc.OMAP_PAGE:
                     break
                 after = page[-1][0]
 
-    def _page(self, oid: str, after: str) -> list[tuple[str, bytes]]:
-        self.counters.ops += 1
-        self.counters.round_trips += 1
-        with rados.ReadOpCtx() as op:
-            values, _ = self.io.get_omap_vals(op, after, "k", rc.OMAP_PAGE)
-            try:
-                self.io.operate_read_op(op, oid)
-            except rados.ObjectNotFound:
-                return []
-            except rados.Error as exc:
-                raise rc.mapped(exc, "traverse") from exc
-            return list(values)
-
     def wipe(self) -> None:
-        for oid in self.all_oids():  # records only: a held lock stays held
+        """Every record, and every node's ownership of one (the node cache:
+        its copies are void by the epoch); a process's held lock stays held."""
+        for oid in self.all_oids():
             self._write(oid, lambda op: (op.new(rados.LIBRADOS_CREATE_IDEMPOTENT),
-                                         self.io.remove_omap_range2(op, "k", "l")), "wipe", True)
+                                         self.io.clear_omap(op)), "wipe", True)
 
     def seqnum(self) -> int:
         oid = self.all_oids()[0] if self.spec.persistent else self.meta_oid
-        self.counters.ops += 1
-        self.counters.round_trips += 1
+        self.ops.ops += 1
+        self.ops.round_trips += 1
         try:
             self.io.stat(oid)
         except rados.ObjectNotFound:
@@ -363,7 +330,7 @@ class RadosAdapter(LeasedAdapter):
         deadline = time.monotonic() + self.op_timeout
         while True:
             result = self._write(oid, lambda op: op.execute(
-                "lock", "lock", rc.lock_op("t", cookie, self.lease_seconds)), "transaction lock")
+                "lock", "lock", rc.lock_op(TRANSACTION_LOCK, cookie, self.lease_seconds)), "transaction lock")
             if result == 0:
                 break
             if nonblock:
@@ -378,7 +345,7 @@ class RadosAdapter(LeasedAdapter):
         if key in self._txn:
             return self._txn[key]
         name = "k" + rc.encode_key(key)
-        return _value(self._read(self.oid_of(key), [name]), name)
+        return self.ops.read(self.oid_of(key), [name]).get(name)
 
     def transaction_commit(self) -> None:
         writes, cookie = self._end_transaction()
@@ -386,12 +353,12 @@ class RadosAdapter(LeasedAdapter):
         deletes = [f"k{rc.encode_key(k)}" for k, v in writes.items() if v is None]
 
         def build(op: rados.WriteOp) -> None:
-            op.execute("lock", "assert_locked", rc.assert_op("t", cookie))
+            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, cookie))
             if puts:
                 self.io.set_omap(op, [k for k, _ in puts], [v for _, v in puts])
             if deletes:
                 self.io.remove_omap_keys(op, deletes)
-            op.rm_xattr(rc.lock_xattr("t"))
+            op.rm_xattr(rc.lock_xattr(TRANSACTION_LOCK))
 
         if self._write(self.all_oids()[0], build, "commit") != 0:
             raise FencedOut("the transaction lock expired before the commit; nothing was written")
@@ -399,8 +366,8 @@ class RadosAdapter(LeasedAdapter):
     def transaction_cancel(self) -> None:
         _, cookie = self._end_transaction()
         self._write(self.all_oids()[0], lambda op: (
-            op.execute("lock", "assert_locked", rc.assert_op("t", cookie)),
-            op.rm_xattr(rc.lock_xattr("t"))), "cancel")
+            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, cookie)),
+            op.rm_xattr(rc.lock_xattr(TRANSACTION_LOCK))), "cancel")
 
     def _end_transaction(self) -> tuple[dict[bytes, bytes | None], str]:
         if self._txn is None:
@@ -420,8 +387,11 @@ class RadosAdapter(LeasedAdapter):
                 raise Timeout(f"{self.meta_oid}: another opener held the open lock past op_timeout")
             time.sleep(0.02)
         try:
+            self._read_meta()
             if self.spec.tdb_flags & 1 and not self._others_have_it_open():  # TDB_CLEAR_IF_FIRST
                 self.wipe()
+                self.epoch += 1
+                self._write(self.meta_oid, lambda op: op.set_xattr("e", b"%d" % self.epoch), "open")
             with rc.translated("watch"):
                 self._opener_watch = self.io.watch(self.meta_oid, lambda *args: b"open", timeout=30)
         finally:
@@ -429,27 +399,41 @@ class RadosAdapter(LeasedAdapter):
                 op.execute("lock", "assert_locked", rc.assert_op("open", cookie)),
                 op.rm_xattr(rc.lock_xattr("open"))), "open")
 
+    def _read_meta(self) -> None:
+        """The number of objects the database has (the first opener's
+        choice), and its epoch; a new database gets ours."""
+        with rc.translated("open"):
+            attrs = dict(self.io.get_xattrs(self.meta_oid))
+        self.ops.round_trips += 1
+        if "n" in attrs:
+            self.objects = int(attrs["n"])
+        else:
+            self._write(self.meta_oid, lambda op: op.set_xattr("n", b"%d" % self.objects), "open")
+        self.epoch = int(attrs.get("e") or b"0")
+
+    @property
+    def wipe_revision(self) -> int:
+        """The node cache voids ownership tokens up to it."""
+        return owning.wipe_revision(self.epoch)
+
     def _others_have_it_open(self) -> bool:
         """Notify the meta object: any answer, or a watcher that did not
         answer in time (it may be alive, or a dead opener's watch the OSD has
         not yet timed out), means another opener."""
-        self.counters.ops += 1
-        self.counters.round_trips += 1
+        self.ops.round_trips += 1
         answers: list[tuple[int, list | None]] = []
         done = threading.Event()
 
-        def finished(completion: object, result: int, acks: list | None, timeouts: list | None) -> None:
+        def finished(result: int, acks: list | None) -> None:
             answers.append((result, acks))
             done.set()
 
-        with rc.translated("find other openers"):
-            completion = self.io.aio_notify(self.meta_oid, finished, msg="opener?", timeout_ms=OPENER_PING_MS)
+        self.ops.notify(self.meta_oid, "opener?", "find other openers", OPENER_PING_MS, finished)
         # Seen here: a notify whose completion never came, with other clients
         # busy on the object. No answer is taken as "maybe", which keeps the
         # records: a wipe is only for a database that is surely unused.
         if not done.wait(2 * OPENER_PING_MS / 1000):
             return True
-        del completion  # kept until it completed
         result, acks = answers[0]
         return result < 0 or bool(acks)
 
@@ -460,10 +444,9 @@ class RadosAdapter(LeasedAdapter):
         self._txn = None
         # The parent's watches and notifies live in its client: dropping them
         # here would unwatch through it and hang, so they are kept, untouched.
-        rc.CLIENTS.inherited.append((self._waits, self._pending, self._opener_watch))
+        rc.CLIENTS.inherited.append((self._waits, self._opener_watch))
         self._waits = _Waits()
         self._flagged = set()
-        self._pending = set()
         self._opener_watch = None
 
     def close(self) -> None:
@@ -496,14 +479,41 @@ class RadosAdapter(LeasedAdapter):
             client.shutdown()
         return totals
 
+    # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
+
+    @classmethod
+    def node_store(cls, options: Options) -> owning.RadosNodeStore:
+        """The node agent's side (``dbwrap-py node-agent --adapter rados``)."""
+        op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
+        prefix = options.get_str("prefix", "dbwrap_py").strip("/")
+        return owning.RadosNodeStore(rc.ClientConfig.from_options(options, op_timeout), prefix, op_timeout)
+
+    def ownership(self) -> owning.RadosOwnership:
+        """This database's ownership operations, on this process's client."""
+        return owning.RadosOwnership(self.ops, self.prefix, self.meta_oid, self.node_cache_id,
+                                     self.objects, self.epoch, self.op_timeout)
+
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-OSD memstore cluster, when the options name none."""
+        """A one-OSD memstore cluster, when the options name none; with
+        node_cache, a node agent beside it."""
         if options.get("conf") or options.get("mon_host"):
             return None
-        from dbwrap_py.adapters._rados_server import throwaway_cluster
+        return _throwaway_cluster(options)
 
-        return throwaway_cluster()
+
+@contextmanager
+def _throwaway_cluster(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    from dbwrap_py.adapters._rados_server import throwaway_cluster
+    from dbwrap_py.nodecache.agent import NodeAgentProcess
+
+    with throwaway_cluster() as reach:
+        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+            yield reach
+            return
+        ours = {k: v for k, v in options.items() if k in RadosAdapter.option_names}
+        with NodeAgentProcess("rados", {**ours, **reach}, ttl=RadosAdapter.lease_for(ours)) as agent:
+            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 
 ADAPTER = RadosAdapter

@@ -18,7 +18,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # no
 from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
 from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
 from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
-from dbwrap_py.errors import FencedOut, Timeout, Unavailable  # noqa: E402
+from dbwrap_py.errors import ConfigError, FencedOut, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
@@ -42,6 +42,27 @@ def test_every_byte_string_round_trips_through_the_key_encoding():
         encoded.encode("ascii")  # omap keys must be UTF-8: ASCII is
         assert rc.decode_key(encoded) == key
     assert rc.encode_key(b"SECRETS/SID") == "SECRETS/SID"  # readable where it can be
+
+
+def test_a_fractional_op_timeout_opens_with_whole_seconds_for_librados(ceph, tmp_path):
+    """librados takes its timeouts in whole seconds (conf_set of 0.5 is EINVAL)."""
+    db = open_db(ceph, tmp_path, op_timeout="0.5")
+    db.lock(b"k")
+    db.put_unlock(b"k", b"v")
+    assert db.get(b"k") == b"v"
+    assert dict(db.config.settings)["rados_osd_op_timeout"] == "1"
+
+
+def test_a_database_keeps_the_number_of_objects_its_first_opener_chose(ceph, tmp_path):
+    first = open_db(ceph, tmp_path, objects=4)
+    first.lock(b"k")
+    first.put_unlock(b"k", b"v")
+    second = open_db(ceph, tmp_path, objects=64)  # the first has it open: no wipe
+    assert second.objects == 4 and second.get(b"k") == b"v"
+    with pytest.raises(ConfigError, match="at most 256"):
+        open_db(ceph, tmp_path, objects=257)
+    first.close()
+    second.close()
 
 
 def test_do_locked_is_two_round_trips_and_fetch_locked_one_more(ceph, tmp_path):
@@ -134,6 +155,29 @@ def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):
         assert got in (0, 300), f"attempt {attempt}: {got} of 300 records committed"
         committed.append(got == 300)
     assert True in committed and False in committed, f"kills all landed on one side: {committed}"
+
+
+def test_a_record_lock_in_a_persistent_database_waits_for_a_transaction(ceph, tmp_path):
+    txn = open_db(ceph, tmp_path, "p.tdb", flags=0)
+    other = open_db(ceph, tmp_path, "p.tdb", flags=0)
+    txn.transaction_start()
+    txn.lock(b"k")
+    txn.put_unlock(b"k", b"in-txn")  # buffered until the commit
+    got: dict[str, object] = {}
+
+    def lock_it() -> None:
+        got["value"] = other.lock_get(b"k")
+        got["at"] = time.monotonic()
+        other.unlock(b"k")
+
+    locker = threading.Thread(target=lock_it)
+    locker.start()
+    time.sleep(0.6)
+    assert locker.is_alive(), "the record lock did not wait for the transaction"
+    committed = time.monotonic()
+    txn.transaction_commit()
+    locker.join(10)
+    assert got["value"] == b"in-txn" and got["at"] >= committed
 
 
 def test_a_paused_osd_fails_calls_within_op_timeout_and_they_work_again(tmp_path):

@@ -8,7 +8,7 @@ rest (``CachedAdapter`` in ``adapter.py`` reads them): ``ownership()``, the
 database's ``Ownership`` on the process's own connection; ``node_cache_id``,
 the ``db_id`` the agent is given (a file name in the cache directory, so no
 ``/``); and ``wipe_revision``, the last token of the database's last
-CLEAR_IF_FIRST wipe. Two adapters do it: etcd, and sqlite_leased (the small
+CLEAR_IF_FIRST wipe. Three adapters do it: etcd, rados, and sqlite_leased (the small
 example, in SQL).
 
 Terms:
@@ -19,9 +19,11 @@ Terms:
   a clock on the node, decides when that is.
 * a *token* is a number the store gives with each ownership (etcd: the
   create_revision of the key that holds it; sqlite_leased: a counter in the
-  database's file); every write-back is fenced on it, so a node that lost an
-  ownership can never write through it. Tokens of a database only grow: the
-  node's copies with a token up to ``wipe_revision`` are void.
+  database's file; rados: the wipe epoch above random bits); every
+  write-back is fenced on it, so a node that lost an ownership can never
+  write through it. Tokens made after a CLEAR_IF_FIRST wipe are all above
+  ``wipe_revision``, those made before it at most that: the node's copies
+  with a token up to it are void.
 * a database's keys fall into ``BUCKETS`` *buckets* by hash (``layout.bucket``).
   A node may claim a bucket while nobody holds a record lock in it and no key
   of it was detached; it then owns every record of the bucket, learns the

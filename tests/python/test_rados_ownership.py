@@ -1,0 +1,125 @@
+"""rados's side of the node cache protocol (adapters/_rados_ownership) on a
+real throwaway Ceph, below the node cache: node leases the OSD ends, fenced
+write-backs, process locks against node takes and claims, and release
+requests. The node cache on top of it: tests/python/test_node_cache.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+rados = pytest.importorskip("rados")
+
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
+from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
+from dbwrap_py.adapters._rados_ownership import RadosNodeStore, request_entry  # noqa: E402
+from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
+from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
+from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402
+from dbwrap_py.options import Options  # noqa: E402
+
+TTL = 1.5
+
+
+@pytest.fixture(scope="module")
+def ceph():
+    with CephCluster(osds=1) as cluster:
+        yield cluster
+
+
+def open_db(ceph, tmp_path, **options) -> RadosAdapter:
+    values = {**ceph.options(), "op_timeout": "5", **{k: str(v) for k, v in options.items()}}
+    return RadosAdapter(DatabaseSpec(str(tmp_path / "locking.tdb"), tdb_flags=TDB_CLEAR_IF_FIRST),
+                        Options(values))
+
+
+def node_store(ceph) -> RadosNodeStore:
+    return RadosAdapter.node_store(Options({**ceph.options(), "op_timeout": "5"}))
+
+
+@pytest.fixture
+def node(ceph, tmp_path):
+    """A database, its ownership operations, and node "n" with a live lease."""
+    db = open_db(ceph, tmp_path)
+    store = node_store(ceph)
+    lease = store.grant(b"n", 30)
+    yield db, db.ownership(), store, lease
+    store.revoke(lease)
+    db.close()
+
+
+def stored(db: RadosAdapter, key: bytes) -> bytes | None:
+    """The store's copy, whoever owns the record."""
+    name = "k" + rc.encode_key(key)
+    return db.ops.read(db.oid_of(key), [name]).get(name)
+
+
+def test_a_dead_node_lease_frees_its_records_and_fences_its_write_backs(ceph, tmp_path):
+    db = open_db(ceph, tmp_path)
+    own = db.ownership()
+    x, y = node_store(ceph), node_store(ceph)
+    lease_x, lease_y = x.grant(b"x", TTL), y.grant(b"y", 30)
+    taken = own.take(b"k", b"x", lease_x.id)
+    assert own.owner(b"k") == b"x"
+    with pytest.raises(OwnedElsewhere) as refused:
+        own.take(b"k", b"y", lease_y.id)
+    assert refused.value.node == b"x"
+    time.sleep(TTL + 0.5)  # x's agent "hangs": no keepalive
+    assert x.keepalive(lease_x, 5) == 0.0, "an expired node lease stays dead (LOCK_MUST_RENEW)"
+    assert own.owner(b"k") is None
+    again = own.take(b"k", b"y", lease_y.id)  # finds x's lease gone, removes its entry
+    assert again.token != taken.token
+    assert not own.write_back(b"k", b"stale", taken.token, False, b"x", lease_x.id), "x is fenced"
+    assert stored(db, b"k") is None
+    assert own.write_back(b"k", b"fresh", again.token, False, b"y", lease_y.id)
+    assert stored(db, b"k") == b"fresh" and own.owner(b"k") is None
+    y.revoke(lease_y)
+    db.close()
+
+
+def test_a_process_lock_refuses_a_node_take_and_its_bucket_claim(node):
+    db, own, store, lease = node
+    db.lock(b"held")  # the adapter's own record lock, no node cache
+    with pytest.raises(OwnedElsewhere) as refused:
+        own.take(b"held", b"n", lease.id)
+    assert refused.value.node is None, "a process holds it"
+    assert own.claim(bucket_of(b"held"), b"n", lease.id) is None
+    db.put_unlock(b"held", b"v")
+    claim = own.claim(bucket_of(b"held"), b"n", lease.id)
+    assert claim is not None and dict(claim.records) == {b"held": b"v"}
+    # now the node owns the bucket: a process's lock asks the node and waits
+    taken, _ = db.take_lease(b"held", 1, 1.0, read=True)
+    assert not taken
+    entries, _ = store.ops.page("dbwrap_py/_nodes/n", "", "q", "test")
+    assert [name for name, _ in entries] == [request_entry(db.node_cache_id, b"held")]
+    # handed back (detached from the claim): the process gets it
+    assert own.write_back(b"held", b"w", claim.token, True, b"n", lease.id)
+    assert db.lock_get(b"held") == b"w"
+    db.unlock(b"held")
+
+
+def test_a_request_made_again_after_it_was_served_is_heard_again(node):
+    db, own, store, _ = node
+    heard: list[tuple[bytes, bytes]] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        for request in store.requests(b"n", stop):
+            heard.append(request)
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    for expected in (1, 2):
+        own.request_release(b"k", b"n", 0)
+        deadline = time.monotonic() + 0.5  # well within the 1 s poll: the notify woke it
+        while len(heard) < expected:
+            assert time.monotonic() < deadline, f"request {expected} not heard"
+            time.sleep(0.01)
+        store.done(b"n", db.node_cache_id, b"k")
+    assert heard == [(db.node_cache_id, b"k")] * 2
+    stop.set()
+    own.request_release(b"k", b"n", 0)  # wakes the listener to see stop
+    listener.join(5)

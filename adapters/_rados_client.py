@@ -191,8 +191,13 @@ class ClientConfig:
         settings = read_conf(conf) if conf else {}
         if mon_host:
             settings["mon_host"] = mon_host
+        user = options.get("user") or "admin"
         if options.get("keyring"):
-            settings["key"] = read_key(options["keyring"], options.get("user") or "admin")
+            settings["key"] = read_key(options["keyring"], user)
+        else:  # the conf's keyring, read now, if it has one with the user's key
+            key = conf_key(settings.get("keyring", ""), user)
+            if key:
+                settings["key"] = key
         settings.pop("keyring", None)
         seconds = str(max(1, math.ceil(op_timeout)))  # Ceph takes whole seconds here (0.5 is EINVAL)
         settings.update({"rados_osd_op_timeout": seconds,
@@ -235,7 +240,8 @@ class ClientConfig:
         try:
             client.connect(timeout=max(1, int(float(dict(self.settings)["rados_mon_op_timeout"]))))
         except rados.Error as exc:
-            raise mapped(exc, "connect to the cluster") from exc
+            hint = "" if "key" in dict(self.settings) else " (no key was found: give keyring = FILE)"
+            raise mapped(exc, "connect to the cluster" + hint) from exc
         return client
 
 
@@ -259,6 +265,20 @@ def read_conf(path: str) -> dict[str, str]:
             for name, value in parser.items(section):
                 settings[name.strip().replace(" ", "_")] = value.strip()
     return settings
+
+
+def conf_key(keyrings: str, user: str) -> str:
+    """The user's key from the first of a ceph.conf's ``keyring`` files that
+    has it ("" if none does): ``$name`` and ``$cluster`` expanded as Ceph does."""
+    name = user if user.startswith("client.") else f"client.{user}"
+    for path in (p.strip() for p in keyrings.split(",")):
+        path = path.replace("$cluster", "ceph").replace("$name", name)
+        if path and os.path.isfile(path):
+            try:
+                return read_key(path, user)
+            except ConfigError:
+                continue
+    return ""
 
 
 def read_key(path: str, user: str) -> str:

@@ -9,10 +9,10 @@
 What it runs: Debian's ceph-mon and ceph-osd in the foreground (``-f``), as
 children of this process, so their PIDs are ours to signal and every daemon
 dies with the process that started it (PR_SET_PDEATHSIG). No mgr (none is
-installed, and pool, object, omap, lock and watch I/O need none), auth none,
-msgr v2 only, every socket on 127.0.0.1: the mon on a free port, the OSDs in
-a port range of their own (``ms bind port min/max``), so clusters run side by
-side.
+installed, and pool, object, omap, lock and watch I/O need none), auth none
+(or cephx, ``auth="cephx"``: see below), msgr v2 only, every socket on
+127.0.0.1: the mon on a free port, the OSDs in a port range of their own
+(``ms bind port min/max``), so clusters run side by side.
 
 Settings chosen for tests:
 
@@ -47,6 +47,14 @@ Settings chosen for tests:
   sends to it with an outdated map and gets nowhere until it asks: with
   the default, an op timeout under 10 s never lets it ask (measured: a
   client with a 2 s op timeout kept timing out for 60 s).
+
+With ``auth="cephx"`` every daemon and client must authenticate. The
+mon's keyring (``mon.`` and ``client.admin``) is made with ceph-authtool
+before the mon's mkfs; each OSD makes its own key at mkfs (``--mkkey``),
+which the admin then registers (``auth add``). The admin's keyring is a
+file of its own that the conf does not name: options() gives a client the
+conf and pool only, options("admin") or options(<a user from add_user()>)
+adds that user's name and keyring.
 
 Objects written while the mon is down still go through (a client needs the
 mon only for a new map, a mon command or connecting).
@@ -100,6 +108,8 @@ _NOISE = ("handle_command mon_command", "log_channel(audit)")
 #: diagnostics: a failed run can show their logs)
 RUNNING: dict[str, "CephCluster"] = {}
 
+AUTH_MODES = ("none", "cephx")
+
 
 class CephError(ServerError):
     """The throwaway Ceph could not be started, or did not become healthy."""
@@ -145,8 +155,34 @@ def _import_rados() -> Any:
     return rados
 
 
+def _auth_text(auth: str) -> str:
+    """The [global] auth settings; with cephx every daemon and client must authenticate."""
+    if auth == "none":
+        return """\
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth supported = none
+"""
+    return """\
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
+"""
+
+
+#: with cephx, each daemon reads its own key from its data directory, and the
+#: conf names no keyring a client could find the admin's key in
+_CEPHX_KEYRINGS = """\
+[mon]
+keyring = $mon_data/keyring
+[osd]
+keyring = $osd_data/keyring
+"""
+
+
 def _conf_text(root: Path, fsid: str, mon_port: int, osd_ports: Sequence[int], osds: int,
-               client_op_timeout: int) -> str:
+               client_op_timeout: int, auth: str = "none") -> str:
     size = min(osds, 3)
     min_size = max(1, size - 1)  # a replicated pool keeps writing with one replica down
     return f"""\
@@ -161,11 +197,7 @@ ms bind ipv6 = false
 ms bind msgr1 = false
 ms bind port min = {osd_ports[0]}
 ms bind port max = {osd_ports[-1]}
-auth cluster required = none
-auth service required = none
-auth client required = none
-auth supported = none
-auth allow insecure global id reclaim = false
+{_auth_text(auth)}auth allow insecure global id reclaim = false
 mon warn on insecure global id reclaim allowed = false
 run dir = {root}/run
 admin socket = {root}/run/$name.asok
@@ -221,7 +253,7 @@ rados mon op timeout = {client_op_timeout}
 # ask for a new OSD map after 1 s, not 10 s (see the module's docstring)
 objecter timeout = 1
 objecter tick interval = 1
-"""
+""" + (_CEPHX_KEYRINGS if auth == "cephx" else "")
 
 
 class _Daemon:
@@ -246,10 +278,13 @@ class CephCluster:
     temporary directory, with pool ``pool`` created (size min(osds, 3))."""
 
     def __init__(self, osds: int = 1, *, pool: str = POOL, start_timeout: float = 60.0,
-                 client_op_timeout: int = 30) -> None:
+                 client_op_timeout: int = 30, auth: str = "none") -> None:
         if osds < 1:
             raise ValueError("a Ceph cluster needs at least one OSD")
+        if auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {auth!r}")
         self.osds = osds
+        self.auth = auth
         self.pool = pool
         self.start_timeout = start_timeout
         self.client_op_timeout = client_op_timeout
@@ -257,6 +292,8 @@ class CephCluster:
         self.mon_port = 0
         self._daemons: dict[str, _Daemon] = {}
         self._admin: Any = None  # rados.Rados: mon commands and probes
+        #: with cephx: each client user's keyring file, by name ("admin" included)
+        self._keyrings: dict[str, Path] = {}
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -270,7 +307,10 @@ class CephCluster:
 
     def start(self) -> None:
         """Create the cluster and its pool; return once a write and a read on the pool succeed."""
-        for binary, package in (("ceph-mon", "ceph-mon"), ("ceph-osd", "ceph-osd"), ("monmaptool", "ceph-base")):
+        binaries = [("ceph-mon", "ceph-mon"), ("ceph-osd", "ceph-osd"), ("monmaptool", "ceph-base")]
+        if self.auth == "cephx":
+            binaries.append(("ceph-authtool", "ceph-common"))
+        for binary, package in binaries:
             _binary(binary, package)
         _import_rados()
         for attempt in range(3):  # the mon's port taken between the check and its bind: new ports
@@ -299,6 +339,7 @@ class CephCluster:
         for daemon in self._daemons.values():
             self._kill(daemon, signal.SIGKILL)
         self._daemons = {}
+        self._keyrings = {}
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -315,9 +356,49 @@ class CephCluster:
     def mon_host(self) -> str:
         return f"[v2:{HOST}:{self.mon_port}]"
 
-    def options(self) -> dict[str, str]:
-        """The rados adapter's options that reach this cluster."""
-        return {"conf": self.conf_path, "pool": self.pool}
+    def options(self, user: str | None = None) -> dict[str, str]:
+        """The rados adapter's options that reach this cluster; with ``user``
+        (cephx: "admin" or a name add_user() made) its name and keyring too."""
+        options = {"conf": self.conf_path, "pool": self.pool}
+        if user is not None:
+            options.update(user=user, keyring=str(self._keyring_of(user)))
+        return options
+
+    @property
+    def admin_keyring(self) -> str:
+        """The keyring file with client.admin's key (cephx only)."""
+        return str(self._keyring_of("admin"))
+
+    def add_user(self, name: str, caps: dict[str, str] | None = None) -> str:
+        """Create ``client.<name>`` with ``caps`` (by default: read the maps,
+        read and write this cluster's pool); the path of a keyring file that
+        holds its key and nothing else."""
+        if self.auth != "cephx":
+            raise CephError("users need auth=\"cephx\"; this cluster runs without auth")
+        if caps is None:
+            caps = {"mon": "allow r", "osd": f"allow rwx pool={self.pool}"}
+        flat = [word for service, cap in caps.items() for word in (service, cap)]
+        text = self.mon_command({"prefix": "auth get-or-create", "entity": f"client.{name}",
+                                 "caps": flat})
+        assert self.root is not None
+        path = self.root / f"client.{name}.keyring"
+        self._write_secret(path, text)
+        self._keyrings[name] = path
+        return str(path)
+
+    def _keyring_of(self, user: str) -> Path:
+        try:
+            return self._keyrings[user]
+        except KeyError:
+            raise CephError(f"no keyring for client.{user} (auth {self.auth}; users:"
+                            f" {', '.join(self._keyrings) or 'none'})") from None
+
+    @staticmethod
+    def _write_secret(path: Path, text: str) -> None:
+        """A key file only its owner reads (ceph-authtool makes its files so too)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
 
     @property
     def daemons(self) -> list[str]:
@@ -425,11 +506,12 @@ class CephCluster:
                         sizes[name] = int(line.split()[1])
         return sizes
 
-    def mon_command(self, command: dict[str, Any]) -> str:
-        """One mon command (as the ``ceph`` CLI sends it); its output, or CephError."""
+    def mon_command(self, command: dict[str, Any], inbuf: bytes = b"") -> str:
+        """One mon command (as the ``ceph`` CLI sends it, ``inbuf`` as its
+        ``-i`` file); its output, or CephError."""
         rados = _import_rados()
         try:
-            ret, out, status = self._admin_handle().mon_command(json.dumps(command), b"")
+            ret, out, status = self._admin_handle().mon_command(json.dumps(command), inbuf)
         except rados.Error as exc:
             raise CephError(f"ceph {command['prefix']}: {exc}") from None
         if ret != 0:
@@ -445,7 +527,8 @@ class CephCluster:
         ports = _port_window(1 + PORTS_PER_OSD * self.osds)
         self.mon_port = ports[0]
         fsid = str(uuid.uuid4())
-        conf = _conf_text(self.root, fsid, self.mon_port, ports[1:], self.osds, self.client_op_timeout)
+        conf = _conf_text(self.root, fsid, self.mon_port, ports[1:], self.osds, self.client_op_timeout,
+                          self.auth)
         Path(self.conf_path).write_text(conf)
         deadline = time.monotonic() + self.start_timeout
         self._make_mon(fsid)
@@ -464,8 +547,25 @@ class CephCluster:
         self._tool("monmaptool", "--create", "--clobber", "--fsid", fsid,
                    "--addv", "a", self.mon_host, str(monmap))
         mon = self._daemons["mon.a"] = _Daemon("mon.a", self.root)
-        self._tool("ceph-mon", "-c", self.conf_path, "--mkfs", "-i", "a", "--monmap", str(monmap))
+        keyring = ["--keyring", self._make_mon_keyring()] if self.auth == "cephx" else []
+        self._tool("ceph-mon", "-c", self.conf_path, "--mkfs", "-i", "a", "--monmap", str(monmap),
+                   *keyring)
         self._spawn(mon)
+
+    def _make_mon_keyring(self) -> str:
+        """The keyring the mon's mkfs starts its auth database from: its own
+        key, and client.admin's, which also gets a file of its own (the
+        admin handle's) that has nothing else in it."""
+        assert self.root is not None
+        admin = self.root / "client.admin.keyring"
+        mon = self.root / "mon.keyring"
+        self._tool("ceph-authtool", "--create-keyring", str(admin), "--gen-key", "-n", "client.admin",
+                   "--cap", "mon", "allow *", "--cap", "osd", "allow *")
+        self._tool("ceph-authtool", "--create-keyring", str(mon), "--gen-key", "-n", "mon.",
+                   "--cap", "mon", "allow *")
+        self._tool("ceph-authtool", str(mon), "--import-keyring", str(admin))
+        self._keyrings["admin"] = admin
+        return str(mon)
 
     def _make_osd(self) -> None:
         assert self.root is not None
@@ -473,7 +573,15 @@ class CephCluster:
         ident = self.mon_command({"prefix": "osd new", "uuid": osd_uuid}).strip()
         osd = self._daemons[f"osd.{ident}"] = _Daemon(f"osd.{ident}", self.root)
         osd.data.mkdir(parents=True)
-        self._tool("ceph-osd", "-c", self.conf_path, "-i", ident, "--mkfs", "--osd-uuid", osd_uuid)
+        # with cephx it makes its key ($osd_data/keyring) and, having none
+        # the mon knows yet, must not ask the mon for its config first
+        mkkey = ["--mkkey", "--no-mon-config"] if self.auth == "cephx" else []
+        self._tool("ceph-osd", "-c", self.conf_path, "-i", ident, "--mkfs", "--osd-uuid", osd_uuid, *mkkey)
+        if self.auth == "cephx":
+            # the mon must know the key before the OSD can log in with it
+            self.mon_command({"prefix": "auth add", "entity": f"osd.{ident}",
+                              "caps": ["osd", "allow *", "mon", "allow profile osd"]},
+                             (osd.data / "keyring").read_bytes())
         self._spawn(osd)
 
     def _tool(self, *argv: str) -> None:
@@ -536,11 +644,14 @@ class CephCluster:
         """A librados client with short timeouts, kept for mon commands and probes."""
         if self._admin is None:
             rados = _import_rados()
-            handle = rados.Rados(conffile=self.conf_path, conf={
+            conf = {
                 "rados_osd_op_timeout": str(PROBE_TIMEOUT),
                 "rados_mon_op_timeout": "5",
                 "client_mount_timeout": "5",
-            })
+            }
+            if self.auth == "cephx":
+                conf["keyring"] = self.admin_keyring  # the conf names none (see _CEPHX_KEYRINGS)
+            handle = rados.Rados(conffile=self.conf_path, conf=conf)
             try:
                 handle.connect()
             except rados.Error as exc:
@@ -594,16 +705,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m dbwrap_py.adapters._rados_server",
         description="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until SIGTERM or Ctrl-C")
     parser.add_argument("--osds", type=int, default=1, choices=(1, 3))
+    parser.add_argument("--auth", default="none", choices=AUTH_MODES)
     args = parser.parse_args(argv)
 
     def banner(cluster: CephCluster) -> str:
         pids = ", ".join(f"{name} {cluster.pid_of(name)}" for name in cluster.daemons)
-        options = " ".join(f"-o {k}={v}" for k, v in cluster.options().items())
+        # whoever runs it from a shell is its admin: with cephx, hand over the admin's key
+        admin = "admin" if cluster.auth == "cephx" else None
+        options = " ".join(f"-o {k}={v}" for k, v in cluster.options(admin).items())
+        keyring = f" -k {cluster.admin_keyring}" if admin else ""
         return (f"ceph: {pids}; mon at {cluster.mon_host}, data in {cluster.root}\n"
                 f"  use: {options}\n"
-                f"  the ceph CLI: ceph -c {cluster.conf_path} osd dump")
+                f"  the ceph CLI: ceph -c {cluster.conf_path}{keyring} osd dump")
 
-    serve_until_stopped(CephCluster(osds=args.osds), banner)
+    serve_until_stopped(CephCluster(osds=args.osds, auth=args.auth), banner)
     return 0
 
 

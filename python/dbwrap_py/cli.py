@@ -9,7 +9,7 @@
                                            copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py server ADAPTER [-o k=v ...]    the adapter's throwaway server on 127.0.0.1 until Ctrl-C
-  dbwrap-py ceph [--osds 1|3]              a throwaway Ceph for the rados adapter until Ctrl-C
+  dbwrap-py ceph [--osds 1|3] [--auth cephx] a throwaway Ceph for the rados adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
@@ -298,7 +298,7 @@ def _cmd_ceph(args: argparse.Namespace) -> int:
     from dbwrap_py.servers import ServerError
 
     try:
-        return _rados_server.main(["--osds", str(args.osds)])
+        return _rados_server.main(["--osds", str(args.osds), "--auth", args.auth])
     except ServerError as exc:  # its daemons' log tails say why: no traceback needed
         print(f"dbwrap-py ceph: {exc}", file=sys.stderr)
         return 1
@@ -546,6 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     ceph = sub.add_parser("ceph", help="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until Ctrl-C")
     ceph.add_argument("--osds", type=int, default=1, choices=(1, 3),
                       help="3: pool size 3, min_size 2, for fault tests")
+    ceph.add_argument("--auth", default="none", choices=("none", "cephx"),
+                      help="cephx: keys for the daemons and client.admin (printed with the options)")
     ceph.set_defaults(fn=_cmd_ceph)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")

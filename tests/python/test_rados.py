@@ -30,9 +30,23 @@ def ceph():
         yield cluster
 
 
+OPENED: list[RadosAdapter] = []
+
+
+@pytest.fixture(autouse=True)
+def close_opened():
+    """Close what a test opened while its cluster runs: a watch left to the
+    interpreter's exit times out unwatching from a cluster that is gone."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def open_db(ceph, tmp_path, name="t.tdb", flags=VOLATILE, **options) -> RadosAdapter:
     values = {**ceph.options(), **{k: str(v) for k, v in options.items()}}
-    return RadosAdapter(DatabaseSpec(str(tmp_path / name), tdb_flags=flags), Options(values))
+    db = RadosAdapter(DatabaseSpec(str(tmp_path / name), tdb_flags=flags), Options(values))
+    OPENED.append(db)
+    return db
 
 
 def test_every_byte_string_round_trips_through_the_key_encoding():

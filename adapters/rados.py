@@ -184,8 +184,8 @@ class RadosAdapter(LeasedAdapter):
                 else:  # no node owns it (the node cache), nor its bucket
                     owning.guard_free(op, names, found)
 
-            result, found = self.ops.write_read(oid, build, names.all() if read or not self.spec.persistent
-                                                else [], "lock")
+            wanted = ([names.record] if read else []) if self.spec.persistent else names.all()
+            result, found = self.ops.write_read(oid, build, wanted, "lock")
             if result in (-errno.EBUSY, -errno.EEXIST):
                 return False, None
             if result == 0:

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, die_with_parent, serve_until_stopped
+from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped
 
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
@@ -374,12 +374,11 @@ class EtcdCluster:
             argv += ["--auth-token-ttl", str(self.auth_token_ttl)]
         with open(member.log, "ab") as log:  # anything etcd prints before its logger is up
             member.process = subprocess.Popen(
-                argv,
+                dying_with_parent(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop members by PID
-                preexec_fn=die_with_parent,
             )
 
     def _terminate(self, index: int) -> None:

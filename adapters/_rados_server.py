@@ -83,7 +83,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, die_with_parent, serve_until_stopped
+from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped
 
 HOST = "127.0.0.1"
 POOL = "dbwrap_py"
@@ -587,8 +587,8 @@ class CephCluster:
     def _tool(self, *argv: str) -> None:
         """Run one ceph tool to completion; CephError with its output if it fails."""
         try:
-            result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                    timeout=TOOL_TIMEOUT, preexec_fn=die_with_parent)
+            result = subprocess.run(dying_with_parent(argv), stdin=subprocess.DEVNULL, capture_output=True,
+                                    timeout=TOOL_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise CephError(f"{argv[0]} did not finish in {TOOL_TIMEOUT:.0f} s") from None
         if result.returncode != 0:
@@ -608,12 +608,11 @@ class CephCluster:
         daemon.clean_stop = False
         with open(daemon.out, "ab") as out:
             daemon.process = subprocess.Popen(
-                [binary, "-f", "-c", self.conf_path, "-i", daemon.ident],
+                dying_with_parent([binary, "-f", "-c", self.conf_path, "-i", daemon.ident]),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop daemons by PID
-                preexec_fn=die_with_parent,
             )
 
     def _kill(self, daemon: _Daemon, sig: int, timeout: float = 30.0) -> None:

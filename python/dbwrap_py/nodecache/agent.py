@@ -42,7 +42,7 @@ from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.options import Options
-from dbwrap_py.servers import ServerError, die_with_parent
+from dbwrap_py.servers import ServerError, dying_with_parent
 
 DEFAULT_TTL = 10
 #: how often the records the node's processes deleted are handed back, and
@@ -295,8 +295,8 @@ class NodeAgentProcess:
                 *([f"--ttl={self.ttl:g}"] if self.ttl else []),
                 *[f"-o{k}={v}" for k, v in self.options.items()]]
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                            start_new_session=True, preexec_fn=die_with_parent)
+            self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=log, start_new_session=True)
         state = NodeState(self.cache_dir)
         deadline = time.monotonic() + timeout
         try:

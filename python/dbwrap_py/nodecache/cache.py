@@ -37,6 +37,10 @@ HASH_SIZE = 10007
 CLAIM_BACKOFF = 1.0
 #: how often a process looks again while it waits for a released record
 WAIT_POLL = 0.002
+#: how often it asks the same owner again: the owner may have handed the
+#: record over and taken it back before this process looked, and a served
+#: request is gone (seen: a waiter on rados starved for 20 s)
+ASK_AGAIN = 0.25
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
 
 
@@ -123,13 +127,14 @@ class NodeCache:
                 return _local(owned)
         deadline = time.monotonic() + self.op_timeout
         asked: bytes | None = None
+        asked_at = 0.0
         while True:
             try:
                 taken = self.ownership.take(key, node, lease)
             except OwnedElsewhere as exc:
-                if exc.node is not None and exc.node != asked:
+                if exc.node is not None and (exc.node != asked or time.monotonic() - asked_at >= ASK_AGAIN):
                     self.ownership.request_release(key, exc.node, lease)
-                    asked = exc.node
+                    asked, asked_at = exc.node, time.monotonic()
                 if time.monotonic() >= deadline:
                     raise Timeout(f"record {key!r} not handed over within {self.op_timeout:g} s"
                                   f" ({'node ' + exc.node.decode() if exc.node else 'a process'} holds it)") from None

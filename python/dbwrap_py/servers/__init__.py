@@ -7,31 +7,33 @@ and is stopped by PID (never by name) when its context manager exits.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import shutil
 import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from dbwrap_py.registry import find_adapter
 
-_PR_SET_PDEATHSIG = 1
 _Reach = TypeVar("_Reach")
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux: servers just outlive a crashed parent
-    _prctl = None
+#: util-linux's setpriv (in every Debian root): sets the parent-death signal, then execs
+_SETPRIV = shutil.which("setpriv")
 
 
 class ServerError(RuntimeError):
     """A throwaway server could not be started (not installed, no port, ...)."""
 
 
-def die_with_parent() -> None:
-    """A throwaway server's preexec_fn (between fork and exec): it gets
-    SIGKILL when its starter dies, so an interrupted run leaves none behind."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` made to get SIGKILL when the thread that starts it dies
+    (PR_SET_PDEATHSIG), so an interrupted run leaves no server behind. It is
+    set by setpriv, which then execs ``argv`` (same PID), and not by a
+    preexec_fn: that runs Python in the forked child, and CPython 3.11 hung
+    there (PyOS_AfterFork_Child waiting for a thread-state lock that a
+    librados callback thread held at the fork)."""
+    if _SETPRIV is None:  # not util-linux: servers just outlive a crashed parent
+        return list(argv)
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,42 @@
+"""dbwrap_py.servers: what every throwaway server shares."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from dbwrap_py.servers import dying_with_parent
+
+
+def _cmd(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().split(b"\0")[0]
+
+
+def test_a_server_dies_with_the_thread_that_started_it_and_keeps_its_pid():
+    """An interrupted run leaves no server behind: the parent-death signal
+    is set by setpriv before it execs the server (no Python runs in the
+    forked child)."""
+    started: list[subprocess.Popen[bytes]] = []
+    let_go = threading.Event()
+
+    def start() -> None:
+        started.append(subprocess.Popen(dying_with_parent(["sleep", "60"])))
+        let_go.wait(10)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    deadline = time.monotonic() + 5
+    while not started or _cmd(started[0].pid) != b"sleep":  # setpriv exec'd it: the same PID
+        assert time.monotonic() < deadline, "the server never ran"
+        time.sleep(0.01)
+    server = started[0]
+    assert server.poll() is None
+    let_go.set()
+    starter.join()
+    deadline = time.monotonic() + 5
+    while server.poll() is None:
+        assert time.monotonic() < deadline, f"server {server.pid} outlived the thread that started it"
+        time.sleep(0.05)
+    assert server.returncode == -9

@@ -28,7 +28,10 @@ class Sql:
     """One connection (any thread may use it, one at a time)."""
 
     def __init__(self, path: str, timeout: float) -> None:
-        self.conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        try:
+            self.conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:  # e.g. the database's directory was removed
+            raise Unavailable(f"sqlite: {path}: {exc}") from exc
         self.round_trips = 0
 
     def run(self, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:

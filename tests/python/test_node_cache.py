@@ -8,6 +8,7 @@ node B by the node_cache_dir it opens the database with.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -435,3 +436,26 @@ def test_agent_refuses_a_second_agent_on_one_cache_dir(backend, nodes):
         with NodeAgentProcess(backend.adapter, backend.options(), a.cache_dir, node="c"):
             pass
     assert os.path.exists(a.cache_dir / "node.state"), "the running agent's state is untouched"
+
+
+def test_agent_outlives_a_database_it_cannot_reach(backend, nodes, tmp_path):
+    """A database removed with its directory (smbtorture's throwaway smbds)
+    costs the agent one log line, not its life."""
+    if backend.adapter != "sqlite_leased":
+        pytest.skip("only sqlite_leased keeps a database in a directory of its own")
+    a, _ = nodes
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    db = open_on(backend, a, str(gone / "locking.tdb"))
+    put(db, b"k", b"v")
+    db.close()
+    a.stop()  # the restarted agent meets the database first in its vacuum
+    shutil.rmtree(gone)
+    a.start()
+    time.sleep(2.5)  # two vacuums
+    assert a.process is not None and a.process.poll() is None, a.log.read_text()[-800:]
+    assert a.log.read_text().count("its records here stay") == 1, "logged once"
+    db = open_on(backend, a, str(tmp_path / "locking.tdb"))
+    increment(db, b"n")
+    assert db.fetch(b"n") == b"1"
+    db.close()

@@ -83,6 +83,7 @@ class NodeAgent:
         self._mutex = threading.Lock()      # self.lease, between the keepalive thread and us
         self._requests: queue.Queue[tuple[bytes, bytes]] = queue.Queue()
         self._caches: dict[bytes, NodeCache] = {}
+        self._unreachable: set[bytes] = set()  # logged once, not every vacuum
         self._writer: StateWriter | None = None
         self._lockfile = -1
 
@@ -176,8 +177,8 @@ class NodeAgent:
     def _serve(self, db_id: bytes, key: bytes) -> bool:
         """One release request; False while a process of the node holds the record."""
         lease = self._current()
-        cache = self._cache_for(db_id)
         try:
+            cache = self._cache_for(db_id)
             if cache is None:
                 self.store.database(db_id).let_go(key, self.node, lease.id)
             elif not cache.serve_request(key, self.node, lease.id):
@@ -200,7 +201,15 @@ class NodeAgent:
         for path in sorted(self.cache_dir.glob("*.tdb")):
             if path.name.endswith(".buckets.tdb"):
                 continue
-            cache = self._cache_for(path.name[:-len(".tdb")].encode("utf-8", "surrogateescape"))
+            db_id = path.name[:-len(".tdb")].encode("utf-8", "surrogateescape")
+            try:
+                cache = self._cache_for(db_id)
+            except (DbwrapError, OSError) as exc:  # e.g. its file went with a test's directory
+                if db_id not in self._unreachable:
+                    _log(f"database {db_id!r}: {exc}; its records here stay until it can be reached")
+                    self._unreachable.add(db_id)
+                continue
+            self._unreachable.discard(db_id)
             if cache is not None:
                 found.append(cache)
         return found

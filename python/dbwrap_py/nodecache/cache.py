@@ -79,6 +79,7 @@ class NodeCache:
         self.ownership = ownership
         self.write_through = mode == WRITE_THROUGH
         self.op_timeout = op_timeout
+        self.cache_dir = Path(cache_dir)
         self.state = NodeState(str(cache_dir))
         records, buckets = local_files(cache_dir, db_id)
         self.local = open_local(records, file_mode)
@@ -113,7 +114,8 @@ class NodeCache:
             if lease:
                 return lease, node
             if time.monotonic() >= deadline:
-                raise Unavailable("the node agent's lease is not live (is dbwrap-py node-agent running?)")
+                raise Unavailable(f"the node agent's lease is not live (agent pid {self.state.agent_pid()}; "
+                                  f"its log: {self.cache_dir / 'agent.log'})")
             time.sleep(0.01)
 
     # -- moving records in ---------------------------------------------------------

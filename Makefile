@@ -32,7 +32,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
+.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -47,7 +47,7 @@ $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard ad
                    $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
-	$(VPY) -m pip install -q --no-build-isolation -e .
+	$(VPY) -m pip install -q --no-build-isolation -e '.[cassandra]'
 	$(VPY) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
@@ -99,7 +99,8 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 # Everything but the long smbtorture comparisons (what test-fresh runs).
 test-fast: all test-c test-memcheck test-python test-conformance test-smb
 
-test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados
+test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados \
+	test-torture-cassandra
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
@@ -125,7 +126,8 @@ test-python: venv $(BRIDGE_LIB)
 
 # The adapter conformance suite: the tables for tdb, memory, etcd (on a
 # throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
-# one-OSD Ceph, 2 s record locks), then the other adapters and
+# one-OSD Ceph, 2 s record locks), cassandra (on a throwaway one-node
+# Cassandra, 2 s record locks), then the other adapters and
 # every broken example under pytest. etcd and rados run twice: without and
 # with the node cache (a throwaway node agent beside the throwaway store);
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
@@ -138,6 +140,7 @@ test-conformance: all
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
@@ -163,6 +166,10 @@ test-torture-rados: all
 # Again with the node cache: a throwaway node agent beside the Ceph.
 test-torture-rados-cache: all
 	$(VPY) -m dbwrap_py.cli torture --adapter rados -o node_cache=yes
+
+# The same suites with smbd's volatile databases on a throwaway Cassandra.
+test-torture-cassandra: all
+	$(VPY) -m dbwrap_py.cli torture --adapter cassandra
 
 # Write-through on all eight: every store reaches etcd before its unlock returns.
 test-torture-etcd-write-through: all

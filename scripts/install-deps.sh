@@ -17,6 +17,7 @@ packages="
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
   etcd-server openssl valgrind
   ceph-mon ceph-osd ceph-common python3-rados
+  openjdk-17-jre-headless maven
   ca-certificates
 "
 # What each is for:
@@ -45,6 +46,10 @@ packages="
 #   python3-rados                    the rados Python binding: the rados adapter and the
 #                                    throwaway Ceph's own probes (a venv with system
 #                                    site packages sees it)
+#   openjdk-17-jre-headless          java for the throwaway Cassandra (5.0 runs on JDK 11
+#                                    or 17; adapters/_cassandra_server.py)
+#   maven                            mvn fetches the throwaway Cassandra's jars from Maven
+#                                    Central once (Debian packages no Cassandra)
 #   valgrind                         memcheck over the C suite (make test-memcheck),
 #                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS

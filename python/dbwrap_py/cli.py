@@ -10,6 +10,8 @@
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
   dbwrap-py server ADAPTER [-o k=v ...]    the adapter's throwaway server on 127.0.0.1 until Ctrl-C
   dbwrap-py ceph [--osds 1|3] [--auth cephx] a throwaway Ceph for the rados adapter until Ctrl-C
+  dbwrap-py cassandra [--nodes 1|3] [--paxos-variant v1|v2] [--auth none|password]
+                                           a throwaway Cassandra for the cassandra adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
@@ -304,6 +306,20 @@ def _cmd_ceph(args: argparse.Namespace) -> int:
         return 1
 
 
+def _cmd_cassandra(args: argparse.Namespace) -> int:
+    """A throwaway Cassandra of ``--nodes`` nodes until SIGTERM or Ctrl-C;
+    prints the cassandra adapter's options that reach it."""
+    from dbwrap_py.adapters import _cassandra_server
+    from dbwrap_py.servers import ServerError
+
+    try:
+        return _cassandra_server.main(["--nodes", str(args.nodes), "--paxos-variant", args.paxos_variant,
+                                       "--auth", args.auth])
+    except ServerError as exc:  # its nodes' log tails (or Maven's output) say why: no traceback needed
+        print(f"dbwrap-py cassandra: {exc}", file=sys.stderr)
+        return 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from dbwrap_py.bench import smb
 
@@ -549,6 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
     ceph.add_argument("--auth", default="none", choices=("none", "cephx"),
                       help="cephx: keys for the daemons and client.admin (printed with the options)")
     ceph.set_defaults(fn=_cmd_ceph)
+    cassandra = sub.add_parser("cassandra", help="a throwaway Apache Cassandra on 127.0.0.1-3 until Ctrl-C")
+    cassandra.add_argument("--nodes", type=int, default=1, choices=(1, 3),
+                           help="3: one node each on 127.0.0.1-3, replication_factor 3, for fault tests")
+    cassandra.add_argument("--paxos-variant", default="v2", choices=("v1", "v2"),
+                           help="the lightweight transactions' Paxos (Cassandra 5.0's own default is v1)")
+    cassandra.add_argument("--auth", default="none", choices=("none", "password"),
+                           help="password: PasswordAuthenticator, superuser cassandra/cassandra"
+                                " (printed with the options)")
+    cassandra.set_defaults(fn=_cmd_cassandra)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")

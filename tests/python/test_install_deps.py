@@ -48,6 +48,8 @@ USED_FILES = [
     (f"/usr/lib/{MULTIARCH}/rados-classes/libcls_lock.so", "the rados adapter's record locks"),
     ("/usr/lib/python3/dist-packages/rados.cpython-311-x86_64-linux-gnu.so",
      "the rados Python binding (rados adapter, throwaway Ceph's probes)"),
+    ("/usr/bin/java", "the throwaway Cassandra (adapters/_cassandra_server.py)"),
+    ("/usr/bin/mvn", "the throwaway Cassandra's jars, from Maven Central"),
     ("/usr/bin/valgrind", "make test-memcheck, make bench-bridge"),
     ("/usr/sbin/useradd", "ThrowawaySamba's unix user"),
     ("/usr/include/talloc.h", "the bridge and the tdb adapter's C extension"),

@@ -1,0 +1,332 @@
+"""What the cassandra adapter needs of the DataStax Python driver: one
+session per process, statements prepared once, errors mapped, and LWTs whose
+outcome is reported as known or unknown, never guessed.
+
+Session: a ``Cluster`` and its ``Session`` are made on first use in each
+process, keyed by the connection settings. A forked child never touches its
+parent's (the driver's reactor thread is not in the child, so a request on it
+would wait forever): the pid tells, and the child makes its own.
+
+Unknown outcomes: an LWT that times out at the coordinator (WriteTimeout
+with write type CAS), that Cassandra reports as "CAS operation result is
+unknown" (protocol v5 error 0x1700, which this driver does not name), or
+that the driver gave up waiting for (OperationTimedOut, the request was
+sent) may or may not have been applied. ``Client.lwt`` raises
+``OutcomeUnknown`` for them; the adapter reads the row back at SERIAL
+consistency, which finishes any Paxos round in flight, and decides from
+what it finds.
+
+The leading underscore keeps the registry from listing this as an adapter;
+adapters/cassandra.py is its only user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import ssl
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, InvalidParameter, Timeout, Unavailable
+from dbwrap_py.options import Options
+
+#: Cassandra's native protocol port
+DEFAULT_PORT = 9042
+#: the protocol version Cassandra 5.0 speaks; naming it avoids the driver's downgrade dance
+PROTOCOL_VERSION = 5
+#: rows per page when reading a whole database
+PAGE_ROWS = 1000
+#: error code of "CAS operation result is unknown" (native protocol v5, CAS_WRITE_UNKNOWN)
+CAS_WRITE_UNKNOWN = 0x1700
+CONSISTENCIES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM",
+                 "LOCAL_ONE")
+SERIAL_CONSISTENCIES = ("SERIAL", "LOCAL_SERIAL")
+OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency", "serial_consistency",
+                "user", "password", "tls_ca", "tls_cert", "tls_key")
+
+
+class OutcomeUnknown(DbwrapError):
+    """An LWT that may or may not have been applied; the caller reads back."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """What identifies a connection; one session per process per config.
+
+    TLS files are read when the database is opened: smbd's children run as
+    the user they serve and may not be able to read them later.
+    """
+
+    contact_points: tuple[tuple[str, int], ...]
+    keyspace: str
+    replication_factor: int
+    consistency: str
+    serial_consistency: str
+    op_timeout: float
+    user: str = ""
+    password: str = dataclasses.field(default="", repr=False)
+    tls: ssl.SSLContext | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_options(cls, options: Options, op_timeout: float) -> "ClientConfig":
+        points = []
+        for point in options.get_list("contact_points", ["127.0.0.1"]):
+            host, _, port = point.strip().rpartition(":") if ":" in point else (point.strip(), "", "")
+            try:
+                points.append((host or point.strip(), int(port) if port else DEFAULT_PORT))
+            except ValueError:
+                raise ConfigError(f"contact_points: {point!r} is not HOST or HOST:PORT") from None
+        keyspace = options.get_str("keyspace", "dbwrap_py")
+        if not keyspace.replace("_", "").isalnum() or len(keyspace) > 48:
+            raise ConfigError(f"keyspace = {keyspace!r}: letters, digits and _, at most 48")
+        consistency = options.get_str("consistency", "QUORUM").upper()
+        if consistency not in CONSISTENCIES:
+            raise ConfigError(f"consistency = {consistency!r}: one of {', '.join(CONSISTENCIES)}")
+        serial = options.get_str("serial_consistency", "SERIAL").upper()
+        if serial not in SERIAL_CONSISTENCIES:
+            raise ConfigError(f"serial_consistency = {serial!r}: SERIAL or LOCAL_SERIAL")
+        user, password = options.get_str("user", ""), options.get_str("password", "")
+        if bool(user) != bool(password):
+            raise ConfigError("give user and password together")
+        return cls(tuple(points), keyspace, options.get_int("replication_factor", 1, minimum=1),
+                   consistency, serial, op_timeout, user, password, _tls_context(options))
+
+
+def _tls_context(options: Options) -> ssl.SSLContext | None:
+    ca, cert, key = (options.get_str(name, "") for name in ("tls_ca", "tls_cert", "tls_key"))
+    if not (ca or cert):
+        return None
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca or None)
+        if cert:
+            context.load_cert_chain(cert, key or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"TLS: {exc}") from exc
+    context.check_hostname = False  # contact points are addresses; the CA check stays
+    return context
+
+
+def mapped(exc: Exception, what: str) -> DbwrapError:
+    """A driver exception as the framework's typed exception."""
+    from cassandra import AuthenticationFailed, InvalidRequest, OperationTimedOut, Unauthorized
+    from cassandra import Timeout as ServerTimeout
+    from cassandra import Unavailable as ServerUnavailable
+    from cassandra.cluster import NoHostAvailable
+
+    if isinstance(exc, DbwrapError):
+        return exc
+    if isinstance(exc, (OperationTimedOut, ServerTimeout)):
+        return Timeout(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, (Unauthorized, AuthenticationFailed)):
+        return AccessDenied(f"{what}: {exc}")
+    if isinstance(exc, NoHostAvailable):
+        causes = "; ".join(f"{host}: {cause}" for host, cause in exc.errors.items()) or str(exc)
+        if any(isinstance(c, AuthenticationFailed) for c in exc.errors.values()):
+            return AccessDenied(f"{what}: {causes}")
+        return Unavailable(f"{what}: no Cassandra node answered ({causes})")
+    if isinstance(exc, ServerUnavailable):
+        return Unavailable(f"{what}: too few replicas alive ({exc})")
+    if isinstance(exc, InvalidRequest):
+        return InvalidParameter(f"{what}: Cassandra refused the statement: {exc}")
+    return Unavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def outcome_unknown(exc: Exception) -> bool:
+    """The LWT may have been applied: see the module docstring."""
+    from cassandra import OperationTimedOut, WriteTimeout
+    from cassandra.policies import WriteType
+    from cassandra.protocol import ErrorMessage
+
+    if isinstance(exc, WriteTimeout):
+        return exc.write_type in (WriteType.CAS, "CAS")
+    if isinstance(exc, ErrorMessage):
+        return getattr(exc, "code", None) == CAS_WRITE_UNKNOWN or "result is unknown" in str(exc)
+    return isinstance(exc, OperationTimedOut)
+
+
+class _Session:
+    """One process's Cluster and Session for one config, and its prepared statements."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        from cassandra import ConsistencyLevel
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+            consistency_level=getattr(ConsistencyLevel, config.consistency),
+            serial_consistency_level=getattr(ConsistencyLevel, config.serial_consistency),
+            request_timeout=config.op_timeout)
+        self.pid = os.getpid()
+        self.cluster = Cluster(
+            contact_points=[host for host, _ in config.contact_points], port=config.contact_points[0][1],
+            protocol_version=PROTOCOL_VERSION, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            auth_provider=PlainTextAuthProvider(config.user, config.password) if config.user else None,
+            ssl_context=config.tls, connect_timeout=max(config.op_timeout, 1.0),
+            control_connection_timeout=max(config.op_timeout, 1.0),
+            schema_metadata_enabled=False)  # smbd's children need token routing, not the schema
+        self.session = self.cluster.connect()
+        self.serial = getattr(ConsistencyLevel, config.serial_consistency)
+        self._prepared: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def prepared(self, cql: str) -> Any:
+        statement = self._prepared.get(cql)
+        if statement is None:
+            with self._lock:
+                statement = self._prepared.get(cql) or self.session.prepare(cql)
+                self._prepared[cql] = statement
+        return statement
+
+
+_SESSIONS: dict[ClientConfig, _Session] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def session_for(config: ClientConfig) -> _Session:
+    """This process's session for ``config``; a parent's is dropped unused."""
+    with _SESSIONS_LOCK:
+        found = _SESSIONS.get(config)
+        if found is not None and found.pid == os.getpid():
+            return found
+        try:
+            found = _SESSIONS[config] = _Session(config)
+        except Exception as exc:
+            raise mapped(exc, "connect") from exc
+        return found
+
+
+class Client:
+    """One open database's statements on its process's session, counted."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.round_trips = 0  # requests this client waited for, one at a time or together
+        self.requests = 0
+        #: tests only: called with a statement's name before it is sent; it may
+        #: raise (the request never left) or return True to raise OutcomeUnknown
+        #: after it was applied
+        self.fault: Callable[[str], bool] | None = None
+
+    @property
+    def _session(self) -> _Session:
+        return session_for(self.config)
+
+    def _bound(self, cql: str, args: Sequence[Any], serial_read: bool = False) -> Any:
+        bound = self._session.prepared(cql).bind(args)
+        if serial_read:  # a read at SERIAL: it finishes any Paxos round in flight first
+            bound.consistency_level = self._session.serial
+        return bound
+
+    def run(self, what: str, cql: str, args: Sequence[Any] = (), serial: bool = False,
+            idempotent: bool = True) -> list[Any]:
+        """A statement's rows (all pages); ``serial``: read at serial
+        consistency. A server-side timeout of an idempotent statement (a busy
+        replica) is tried again until op_timeout."""
+        from cassandra import Timeout as ServerTimeout
+
+        deadline = time.monotonic() + self.config.op_timeout
+        while True:
+            self.round_trips += 1
+            self.requests += 1
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                return list(self._session.session.execute(self._bound(cql, args, serial), timeout=left))
+            except ServerTimeout as exc:
+                if not idempotent or time.monotonic() >= deadline - 0.01:
+                    raise mapped(exc, what) from exc
+            except Exception as exc:
+                raise mapped(exc, what) from exc
+
+    def pages(self, what: str, cql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """Every row, read a page at a time (each page a round trip)."""
+        statement = self._bound(cql, args)
+        statement.fetch_size = PAGE_ROWS
+        try:
+            result = self._session.session.execute(statement)
+            rows = list(result.current_rows)
+            self.round_trips += 1
+            while result.has_more_pages:
+                result.fetch_next_page()
+                rows.extend(result.current_rows)
+                self.round_trips += 1
+        except Exception as exc:
+            raise mapped(exc, what) from exc
+        self.requests += self.round_trips
+        return rows
+
+    def lwt(self, what: str, cql: str, args: Sequence[Any], beside: Sequence[tuple[str, Sequence[Any]]] = ()
+            ) -> tuple[bool, Any]:
+        """A conditional statement: (applied, the row it returned). Statements
+        in ``beside`` are sent at the same time (one round trip for all).
+        Raises OutcomeUnknown when it may or may not have been applied."""
+        self.round_trips += 1
+        self.requests += 1 + len(beside)
+        apply_then_fail = self.fault(what) if self.fault is not None else False
+        session = self._session.session
+        try:
+            others = [session.execute_async(self._bound(c, a)) for c, a in beside]
+            result = session.execute(self._bound(cql, args))
+            for other in others:
+                other.result()
+        except Exception as exc:
+            if outcome_unknown(exc):
+                raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc
+            raise mapped(exc, what) from exc
+        row = result.one()
+        if apply_then_fail:
+            raise OutcomeUnknown(f"{what}: injected after the statement was applied")
+        return bool(row[0]), row
+
+    def batch(self, what: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[bool, Any]:
+        """A conditional single-partition batch: (applied, the row returned)."""
+        from cassandra.query import BatchStatement, BatchType
+
+        self.round_trips += 1
+        self.requests += 1
+        apply_then_fail = self.fault(what) if self.fault is not None else False
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        try:
+            for cql, args in statements:
+                batch.add(self._session.prepared(cql), args)
+            result = self._session.session.execute(batch)
+        except Exception as exc:
+            if outcome_unknown(exc):
+                raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc
+            raise mapped(exc, what) from exc
+        row = result.one()
+        if apply_then_fail:
+            raise OutcomeUnknown(f"{what}: injected after the batch was applied")
+        return bool(row[0]), row
+
+    def after_fork(self) -> None:
+        """Nothing to drop: the session is found by pid on next use."""
+
+
+def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[ClientConfig]) -> None:
+    """The keyspace and tables, once per process per config (IF NOT EXISTS)."""
+    if config in done:
+        return
+    session = session_for(config).session
+    replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {config.replication_factor}}}"
+    try:
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {config.keyspace} WITH replication = {replication}")
+        for cql in statements:
+            session.execute(cql.format(ks=config.keyspace))
+    except Exception as exc:
+        raise mapped(exc, "schema") from exc
+    done.add(config)
+
+
+def close_all() -> None:
+    """Shut down this process's sessions (tests; smbd's processes just exit)."""
+    with _SESSIONS_LOCK:
+        for config, found in list(_SESSIONS.items()):
+            if found.pid == os.getpid():
+                found.cluster.shutdown()
+            del _SESSIONS[config]
+

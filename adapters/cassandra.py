@@ -1,0 +1,407 @@
+"""cassandra: Samba's databases in Apache Cassandra tables, record locks as
+lightweight transactions (LWT) with fencing.
+
+Tables, in keyspace ``keyspace`` (default ``dbwrap_py``; ``<db>`` is
+``DatabaseSpec.cluster_name``):
+
+* ``volatile``: PRIMARY KEY ((db, k)), each record its own partition. Paxos
+  runs per partition, so LWTs on different records never contend; a
+  database of one partition would put every record lock of locking.tdb in
+  one Paxos queue. A secondary index on ``db`` finds a database's records
+  for a traverse. ``db`` is ``<db>:<generation>``: a CLEAR_IF_FIRST wipe
+  starts a new generation (one LWT) instead of deleting record by record.
+* ``persistent``: PRIMARY KEY (db, k), one partition per database, with
+  static columns ``txn`` (the transaction lock), ``seq`` and ``commit_id``.
+  A transaction commits as one conditional single-partition batch: Cassandra
+  applies it as one Paxos proposal, all or nothing and isolated, and only
+  while ``txn`` is still ours. A client that dies mid-commit either sent the
+  batch (it is applied, by the coordinator or by the next Paxos round on the
+  partition) or did not (nothing is).
+* ``databases`` (a volatile database's generation and its open lock),
+  ``openers`` (who has it open, rows with a TTL renewed by each opener),
+  ``seqnums`` (a counter per volatile database opened with TDB_SEQNUM).
+
+Record locks (dbwrap_py.leased builds lock, put, unlock on these): the cells
+``owner`` and ``"token"`` of the record's own row, written with ``USING TTL
+<lease>``, so the server drops a dead holder's lock, not a client clock.
+
+* take: ``UPDATE ... USING TTL SET owner, "token" IF "token" = null AND v =
+  <guess>``: applied, it is the lock and the read in one round trip; the
+  guess is the value this process last saw (null for a new record). Not
+  applied with the token null, the row it returns holds the value: a second
+  try with that guess takes the lock.
+* every locked write: ``UPDATE ... IF owner = ? AND "token" = ?``, so a
+  holder whose TTL ran out writes nothing (FencedOut); write+unlock is one
+  such statement. Each also sets ``w``, the write's own id, by which an
+  unknown outcome is resolved.
+* an unknown outcome (``_cassandra_client``) is resolved by reading the row
+  at SERIAL: the token or the write id says whether it was applied.
+
+TDB_CLEAR_IF_FIRST: the opener takes the ``opening`` LWT lock of the
+database's row, looks for live rows in ``openers``, starts a new generation
+if there are none, adds its own row (TTL ``OPENER_TTL``, renewed by a thread
+of the opening process) and lets the lock go. A killed opener counts as open
+until its row expires.
+
+Client plumbing (sessions per process, errors, unknown outcomes): ``_cassandra_client``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
+from dbwrap_py.adapters import _cassandra_client as cc
+from dbwrap_py.errors import FencedOut, LockConflict, Timeout
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.options import Options
+
+DEFAULT_LEASE = 10.0
+#: seconds an opener's row lives unless renewed (renewed every third of it)
+OPENER_TTL = 10
+#: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
+MAX_VALUE_SIZE = 4 * 1024 * 1024
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS {ks}.volatile (db text, k blob, v blob, owner text, "token" bigint,
+       w bigint, PRIMARY KEY ((db, k)))""",
+    # a traverse reads the database's rows by this index, not the whole table
+    "CREATE INDEX IF NOT EXISTS volatile_db ON {ks}.volatile (db)",
+    """CREATE TABLE IF NOT EXISTS {ks}.persistent (db text, k blob, v blob, owner text, "token" bigint,
+       w bigint, txn bigint static, txn_owner text static, seq bigint static, commit_id bigint static,
+       PRIMARY KEY (db, k))""",
+    "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint)",
+    "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
+    "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",
+)
+_SCHEMA_DONE: set[cc.ClientConfig] = set()
+
+
+def _k(key: bytes) -> bytes:
+    """The stored key: a blob key may not be empty in Cassandra, a Samba key may."""
+    return b"/" + key
+
+
+class _Statements:
+    """The CQL of one table, formatted once."""
+
+    def __init__(self, ks: str, table: str, persistent: bool) -> None:
+        t = f"{ks}.{table}"
+        free = "txn = null AND " if persistent else ""
+        self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE db = ? AND k = ? '
+                     f'IF {free}"token" = null AND v = ?')
+        self.write = f'UPDATE {t} SET v = ?, w = ? WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
+        self.write_end = (f'UPDATE {t} SET v = ?, w = ?, owner = null, "token" = null WHERE db = ? AND k = ? '
+                          f'IF owner = ? AND "token" = ?')
+        self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
+        self.get = f"SELECT v FROM {t} WHERE db = ? AND k = ?"
+        self.serial = f'SELECT v, "token", w FROM {t} WHERE db = ? AND k = ?'
+        self.scan = f"SELECT k, v FROM {t} WHERE db = ?"  # a partition, or by the index on db
+
+
+class CassandraAdapter(LeasedAdapter):
+    capabilities = Capabilities(
+        transactions=True, lock_release_seconds=DEFAULT_LEASE, max_value_size=MAX_VALUE_SIZE,
+        notes=("a persistent database is one partition: its transaction commits as one conditional batch",
+               "in a persistent database a record lock waits for another process's transaction; "
+               "a transaction does not wait for record locks taken before it started",
+               "a traverse of a volatile database reads its rows through a secondary index on db"))
+    option_names = (*LEASE_OPTIONS, *cc.OPTION_NAMES)
+    default_lease = DEFAULT_LEASE
+    lease_source = LeaseSource.SERVER_TTL
+    #: Cassandra purges an expired cell when it is read: no lag beyond the second
+    lease_slack = 0.0
+
+    def __init__(self, spec: DatabaseSpec, options: Options) -> None:
+        super().__init__(spec, options)
+        self.config = cc.ClientConfig.from_options(options, self.op_timeout)
+        self.client = cc.Client(self.config)
+        cc.ensure_schema(self.config, SCHEMA, _SCHEMA_DONE)
+        ks = self.config.keyspace
+        self.name = spec.cluster_name
+        self.cql = _Statements(ks, "persistent" if spec.persistent else "volatile", spec.persistent)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._seen: dict[bytes, bytes | None] = {}  # the value last seen per key: take's guess
+        self._bump_seqnum = not spec.persistent and bool(spec.tdb_flags & TDB_SEQNUM)
+        self._txn: dict[bytes, bytes | None] | None = None
+        self._txn_token = 0
+        self._txn_seq = 0
+        self._opener = 0
+        self.generation = 0
+        self.db = self.name  # the partition key's db: with the generation for a volatile database
+        if not spec.persistent:
+            self._open_volatile()
+
+    @property
+    def round_trips(self) -> int:
+        return self.client.round_trips
+
+    # -- the lease primitives (dbwrap_py.leased) -------------------------------------
+
+    def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
+        if self._txn is not None:
+            return True, self._txn_get(key)
+        guess = self._seen.get(key)
+        for _ in range(2):  # a wrong guess costs one more try
+            args = (int(seconds), self.owner, token, self.db, _k(key), guess)
+            try:
+                applied, row = self.client.lwt("lock", self.cql.take, args)
+            except cc.OutcomeUnknown:
+                value, holder, _ = self._read_serial(key)
+                return (True, value) if holder == token else (False, None)
+            if applied:
+                return True, guess
+            if row.token is not None:
+                return False, None
+            guess = self._seen[key] = row.v
+        return False, None  # it changed between the tries: the caller tries again
+
+    def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
+        if self._txn is not None:
+            self._txn[key] = value
+            return True
+        return self._locked_write(key, token, value, self.cql.write, "store")
+
+    def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
+        if self._txn is not None:
+            if value is not KEEP:
+                self._txn[key] = value  # type: ignore[assignment]
+            return True
+        if value is KEEP:
+            try:
+                self.client.lwt("unlock", self.cql.end, (self.db, _k(key), self.owner, token))
+            except cc.OutcomeUnknown:
+                pass  # released or not: a lock of ours left behind ends with its TTL
+            return True
+        return self._locked_write(key, token, value, self.cql.write_end, "store and unlock")
+
+    def _locked_write(self, key: bytes, token: int, value: bytes | None, cql: str, what: str) -> bool:
+        write_id = secrets.randbits(63)
+        try:
+            applied, _ = self.client.lwt(what, cql, (value, write_id, self.db, _k(key), self.owner, token))
+        except cc.OutcomeUnknown:
+            applied = self._read_serial(key)[2] == write_id
+        if applied:
+            self._seen[key] = value
+            if self._bump_seqnum:  # after the write: a reader seeing the new number sees the write
+                self.client.run("seqnum", f"UPDATE {self.config.keyspace}.seqnums SET n = n + 1 WHERE db = ?",
+                                (self.name,), idempotent=False)
+        return applied
+
+    def _read_serial(self, key: bytes) -> tuple[bytes | None, int | None, int | None]:
+        """The record, its lock token and last write id, at SERIAL: any Paxos
+        round in flight on it is finished first."""
+        rows = self.client.run("resolve", self.cql.serial, (self.db, _k(key)), serial=True)
+        return (rows[0].v, rows[0].token, rows[0].w) if rows else (None, None, None)
+
+    # -- the rest ---------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        if self._txn is not None:
+            return self._txn_get(key)
+        rows = self.client.run("fetch", self.cql.get, (self.db, _k(key)))
+        value = self._seen[key] = rows[0].v if rows else None
+        return value
+
+    def scan(self) -> list[tuple[bytes, bytes]]:
+        rows = self.client.pages("traverse", self.cql.scan, (self.db,))
+        return [(r.k[1:], r.v) for r in rows if r.k is not None and r.v is not None]
+
+    def seqnum(self) -> int:
+        ks = self.config.keyspace
+        if self.spec.persistent:
+            rows = self.client.run("seqnum", f"SELECT seq FROM {ks}.persistent WHERE db = ? LIMIT 1", (self.db,))
+        else:
+            rows = self.client.run("seqnum", f"SELECT n FROM {ks}.seqnums WHERE db = ?", (self.name,))
+        return (rows[0][0] or 0) if rows else 0
+
+    # -- transactions (persistent databases: one partition) ----------------------------
+
+    def transaction_start(self, nonblock: bool = False) -> None:
+        ks = self.config.keyspace
+        token = secrets.randbits(63)
+        deadline = time.monotonic() + self.op_timeout
+        cql = f"UPDATE {ks}.persistent USING TTL ? SET txn = ?, txn_owner = ? WHERE db = ? IF txn = null"
+        while True:
+            try:
+                taken, row = self.client.lwt("transaction lock", cql,
+                                             (int(self.lease_seconds), token, self.owner, self.db))
+            except cc.OutcomeUnknown:
+                taken = self._transaction_row()[0] == token
+            if taken:
+                break
+            if nonblock:
+                raise LockConflict("another process holds the transaction lock")
+            if time.monotonic() >= deadline:
+                raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
+            time.sleep(0.01)
+        self._txn, self._txn_token = {}, token
+        self._txn_seq = self._transaction_row()[2]
+
+    def _transaction_row(self) -> tuple[int | None, int | None, int]:
+        """The partition's transaction lock, last commit id and seq, at SERIAL."""
+        rows = self.client.run("transaction", f"SELECT txn, commit_id, seq FROM {self.config.keyspace}.persistent"
+                               " WHERE db = ? LIMIT 1", (self.db,), serial=True)
+        return (rows[0].txn, rows[0].commit_id, rows[0].seq or 0) if rows else (None, None, 0)
+
+    def _txn_get(self, key: bytes) -> bytes | None:
+        assert self._txn is not None
+        if key in self._txn:
+            return self._txn[key]
+        rows = self.client.run("fetch", self.cql.get, (self.db, _k(key)))
+        return rows[0].v if rows else None
+
+    def transaction_commit(self) -> None:
+        writes, token = self._end_transaction()
+        t = f"{self.config.keyspace}.persistent"
+        commit_id = secrets.randbits(63)
+        statements: list[tuple[str, Any]] = [
+            (f"UPDATE {t} SET v = ?, w = ? WHERE db = ? AND k = ?", (v, commit_id, self.db, _k(k)))
+            for k, v in writes.items()]
+        statements.append((f"UPDATE {t} SET txn = null, txn_owner = null, seq = ?, commit_id = ? WHERE db = ? "
+                           "IF txn = ?", (self._txn_seq + 1, commit_id, self.db, token)))
+        try:
+            applied, _ = self.client.batch("commit", statements)
+        except cc.OutcomeUnknown:
+            applied = self._transaction_row()[1] == commit_id
+        if not applied:
+            raise FencedOut("the transaction lock expired before the commit; nothing was written")
+        for key, value in writes.items():
+            self._seen[key] = value
+
+    def transaction_cancel(self) -> None:
+        _, token = self._end_transaction()
+        try:
+            self.client.lwt("cancel", f"UPDATE {self.config.keyspace}.persistent SET txn = null, txn_owner = null "
+                            "WHERE db = ? IF txn = ?", (self.db, token))
+        except cc.OutcomeUnknown:
+            pass  # a lock left behind ends with its TTL
+
+    def _end_transaction(self) -> tuple[dict[bytes, bytes | None], int]:
+        if self._txn is None:
+            raise LockConflict("no transaction")
+        writes, self._txn = self._txn, None
+        return writes, self._txn_token
+
+    # -- opening a volatile database -----------------------------------------------------
+
+    def _open_volatile(self) -> None:
+        """Join the openers; the first one (TDB_CLEAR_IF_FIRST) starts a new generation."""
+        ks = self.config.keyspace
+        lock = secrets.randbits(63)
+        deadline = time.monotonic() + self.op_timeout
+        while True:
+            try:
+                applied, row = self.client.lwt("open", f"UPDATE {ks}.databases USING TTL ? SET opening = ? "
+                                               "WHERE db = ? IF opening = null",
+                                               (max(int(self.op_timeout), 1), lock, self.name))
+            except cc.OutcomeUnknown:
+                applied = False  # ours or not, its TTL ends it; try again
+            if applied:
+                break
+            if time.monotonic() >= deadline:
+                raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
+            time.sleep(0.02)
+        try:
+            rows = self.client.run("open", f"SELECT generation FROM {ks}.databases WHERE db = ?",
+                                   (self.name,), serial=True)
+            self.generation = (rows[0].generation or 0) if rows else 0
+            if self.spec.tdb_flags & TDB_CLEAR_IF_FIRST and not self.client.run(
+                    "open", f"SELECT opener FROM {ks}.openers WHERE db = ? LIMIT 1", (self.name,)):
+                self.generation += 1
+                self.client.lwt("open", f"UPDATE {ks}.databases SET generation = ? WHERE db = ? IF opening = ?",
+                                (self.generation, self.name, lock))
+                if self._bump_seqnum:
+                    self.client.run("open", f"UPDATE {ks}.seqnums SET n = n + 1 WHERE db = ?", (self.name,),
+                                    idempotent=False)
+            self._opener = secrets.randbits(63)
+            _OPENERS.join(self.config, self.name, self._opener)
+        finally:
+            try:
+                self.client.lwt("open", f"UPDATE {ks}.databases SET opening = null WHERE db = ? IF opening = ?",
+                                (self.name, lock))
+            except cc.OutcomeUnknown:
+                pass  # its TTL ends it
+        self.db = f"{self.name}:{self.generation}"
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._txn = None
+        self._opener = 0  # the parent's row; the parent renews and removes it
+
+    def close(self) -> None:
+        if self._opener:
+            _OPENERS.leave(self.config, self.name, self._opener)
+            self._opener = 0
+
+    @classmethod
+    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """A one-node Cassandra, when no contact_points are given."""
+        if options.get("contact_points"):
+            return None
+        from dbwrap_py.adapters._cassandra_server import throwaway_cluster
+
+        return throwaway_cluster()
+
+
+class _Openers:
+    """This process's opener rows, renewed by one thread while the process
+    lives; a forked child's thread is not there, and its parent renews."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, int], cc.ClientConfig] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def join(self, config: cc.ClientConfig, db: str, opener: int) -> None:
+        self._renew_one(config, db, opener)
+        with self._lock:
+            self._rows[(db, opener)] = config
+            if self._pid != os.getpid():
+                self._rows = {(db, opener): config}  # the parent's rows are the parent's to renew
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._renew, name="dbwrap-py openers", daemon=True)
+                self._thread.start()
+
+    def leave(self, config: cc.ClientConfig, db: str, opener: int) -> None:
+        with self._lock:
+            self._rows.pop((db, opener), None)
+        client = cc.Client(config)
+        try:
+            client.run("close", f"DELETE FROM {client.config.keyspace}.openers WHERE db = ? AND opener = ?",
+                       (db, opener))
+        except Exception:
+            pass  # the row expires by itself
+
+    @staticmethod
+    def _renew_one(config: cc.ClientConfig, db: str, opener: int) -> None:
+        """Its own Client: the database's counts only the database's round trips."""
+        client = cc.Client(config)
+        client.run("open", f"INSERT INTO {client.config.keyspace}.openers (db, opener) VALUES (?, ?) USING TTL ?",
+                   (db, opener, OPENER_TTL))
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(OPENER_TTL / 3)
+            with self._lock:
+                rows = list(self._rows.items()) if self._pid == os.getpid() else []
+            for (db, opener), config in rows:
+                try:
+                    self._renew_one(config, db, opener)
+                except Exception:
+                    pass  # tried again in a third of the TTL
+
+
+_OPENERS = _Openers()
+
+ADAPTER = CassandraAdapter

@@ -12,11 +12,16 @@ check_dev() {
     [ -z "$missing" ] || { echo "test-fresh: the root lacks$missing" >&2; return 1; }
 }
 
-# proc (ps, /proc/self), sysfs read-only, the host's ptys (apt's log, openpty)
-# and a /dev/shm every user may write (multiprocessing's semaphores).
+# The root bound onto itself first: on a machine / is a mount point, and
+# Java's FileStore (Cassandra checks its disk space at start) looks for the
+# mount of a path in /proc/self/mounts, which shows a plain directory's
+# chroot no mount to match. Then proc (ps, /proc/self), sysfs read-only,
+# the host's ptys (apt's log, openpty) and a /dev/shm every user may write
+# (multiprocessing's semaphores).
 mount_root() {
     local root=$1
     check_dev "$root"
+    mount --bind "$root" "$root"
     mkdir -p "$root/dev/pts" "$root/dev/shm"
     mount -t proc proc "$root/proc"
     mount -t sysfs -o ro sysfs "$root/sys"

@@ -4,6 +4,9 @@
 PYTHON      ?= /usr/bin/python3
 VENV        := .venv
 VPY         := $(VENV)/bin/python
+# scylla-driver and cassandra-driver install the same package: the scylla dialect's own venv
+VENV_SCYLLA := .venv-scylla
+VPY_SCYLLA  := $(VENV_SCYLLA)/bin/python
 BUILD       := build
 # recursive: evaluated in recipes, after deps has installed gcc on a fresh machine
 MULTIARCH    = $(shell gcc -print-multiarch)
@@ -32,7 +35,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -49,6 +52,14 @@ $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard ad
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e '.[cassandra]'
 	$(VPY) -m pip install -q -r tests/requirements.txt
+	@touch $@
+
+venv-scylla: $(VENV_SCYLLA)/.installed
+
+$(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
+	@test -x $(VPY_SCYLLA) || $(PYTHON) -m venv --system-site-packages $(VENV_SCYLLA)
+	$(VPY_SCYLLA) -m pip install -q --no-build-isolation -e '.[scylla]'
+	$(VPY_SCYLLA) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
 $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
@@ -106,7 +117,7 @@ test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-tort
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
 # configurations `make test` leaves out. `make soak-etcd` is separate (~30 min).
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-rados-cache
+	test-torture-rados-cache test-torture-scylla
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -121,8 +132,9 @@ test-c: venv $(TEST_BIN)
 test-memcheck: all
 	@scripts/memcheck.sh
 
-test-python: venv $(BRIDGE_LIB)
+test-python: venv venv-scylla $(BRIDGE_LIB)
 	$(VPY) -m pytest -q tests/python
+	$(VPY_SCYLLA) -m pytest -q tests/python/test_scylla_dialect.py
 
 # The adapter conformance suite: the tables for tdb, memory, etcd (on a
 # throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
@@ -132,7 +144,7 @@ test-python: venv $(BRIDGE_LIB)
 # with the node cache (a throwaway node agent beside the throwaway store);
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
 # cluster file; without it, it runs under pytest).
-test-conformance: all
+test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
@@ -141,6 +153,7 @@ test-conformance: all
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
+	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
@@ -170,6 +183,11 @@ test-torture-rados-cache: all
 # The same suites with smbd's volatile databases on a throwaway Cassandra.
 test-torture-cassandra: all
 	$(VPY) -m dbwrap_py.cli torture --adapter cassandra
+
+# The scylla dialect (scylla-driver, its own venv) against the same throwaway
+# Cassandra: no ScyllaDB server can be had here.
+test-torture-scylla: all venv-scylla
+	$(VPY_SCYLLA) -m dbwrap_py.cli torture --adapter scylla
 
 # Write-through on all eight: every store reaches etcd before its unlock returns.
 test-torture-etcd-write-through: all

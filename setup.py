@@ -57,7 +57,7 @@ setup(
     # an adapter's client library, where it is not Debian's (rados): one
     # extra each, since scylla-driver and cassandra-driver install the same
     # package `cassandra` and cannot share a venv
-    extras_require={"cassandra": ["cassandra-driver==3.30.1"]},
+    extras_require={"cassandra": ["cassandra-driver==3.30.1"], "scylla": ["scylla-driver==3.29.12"]},
     entry_points={
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())
@@ -65,7 +65,7 @@ setup(
         # short names for dbwrap_py:module; a third-party package adds its own
         "dbwrap_py.adapters": [
             f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
-            for name in ("cassandra", "etcd", "memory", "rados", "sqlite", "sqlite_leased", "tdb")
+            for name in ("cassandra", "etcd", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
         ],
     },
 )

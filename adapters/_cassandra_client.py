@@ -45,7 +45,9 @@ CONSISTENCIES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", 
                  "LOCAL_ONE")
 SERIAL_CONSISTENCIES = ("SERIAL", "LOCAL_SERIAL")
 OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency", "serial_consistency",
-                "user", "password", "tls_ca", "tls_cert", "tls_key")
+                "user", "password", "tls_ca", "tls_cert", "tls_key", "dialect")
+#: cassandra: cassandra-driver; scylla: scylla-driver (shard-aware), ScyllaDB's LWT rules when the server is one
+DIALECTS = ("cassandra", "scylla")
 
 
 class OutcomeUnknown(DbwrapError):
@@ -66,12 +68,13 @@ class ClientConfig:
     consistency: str
     serial_consistency: str
     op_timeout: float
+    dialect: str = "cassandra"
     user: str = ""
     password: str = dataclasses.field(default="", repr=False)
     tls: ssl.SSLContext | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_options(cls, options: Options, op_timeout: float) -> "ClientConfig":
+    def from_options(cls, options: Options, op_timeout: float, dialect: str = "cassandra") -> "ClientConfig":
         points = []
         for point in options.get_list("contact_points", ["127.0.0.1"]):
             host, _, port = point.strip().rpartition(":") if ":" in point else (point.strip(), "", "")
@@ -88,11 +91,24 @@ class ClientConfig:
         serial = options.get_str("serial_consistency", "SERIAL").upper()
         if serial not in SERIAL_CONSISTENCIES:
             raise ConfigError(f"serial_consistency = {serial!r}: SERIAL or LOCAL_SERIAL")
+        dialect = options.get_str("dialect", dialect).lower()
+        if dialect not in DIALECTS:
+            raise ConfigError(f"dialect = {dialect!r}: cassandra or scylla")
+        if dialect == "scylla" and not scylla_driver():
+            raise ConfigError("dialect = scylla needs scylla-driver, which cannot share a venv with "
+                              "cassandra-driver: use .venv-scylla (make venv-scylla)")
         user, password = options.get_str("user", ""), options.get_str("password", "")
         if bool(user) != bool(password):
             raise ConfigError("give user and password together")
         return cls(tuple(points), keyspace, options.get_int("replication_factor", 1, minimum=1),
-                   consistency, serial, op_timeout, user, password, _tls_context(options))
+                   consistency, serial, op_timeout, dialect, user, password, _tls_context(options))
+
+
+def scylla_driver() -> bool:
+    """Is the installed ``cassandra`` package scylla-driver (both install it)?"""
+    from cassandra.cluster import Cluster
+
+    return hasattr(Cluster, "is_shard_aware")
 
 
 def _tls_context(options: Options) -> ssl.SSLContext | None:
@@ -170,6 +186,8 @@ class _Session:
             control_connection_timeout=max(config.op_timeout, 1.0),
             schema_metadata_enabled=False)  # smbd's children need token routing, not the schema
         self.session = self.cluster.connect()
+        #: only scylla-driver on a ScyllaDB server learns the server's shards
+        self.scylla_server = config.dialect == "scylla" and bool(self.cluster.is_shard_aware())
         self.serial = getattr(ConsistencyLevel, config.serial_consistency)
         self._prepared: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -313,6 +331,8 @@ def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[Cli
         return
     session = session_for(config).session
     replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {config.replication_factor}}}"
+    if session_for(config).scylla_server:  # ScyllaDB refuses LWTs in a keyspace with tablets
+        replication += " AND tablets = {'enabled': false}"
     try:
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {config.keyspace} WITH replication = {replication}")
         for cql in statements:

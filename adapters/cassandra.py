@@ -59,7 +59,7 @@ from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.errors import FencedOut, LockConflict, Timeout
+from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
 
@@ -92,11 +92,13 @@ def _k(key: bytes) -> bytes:
 class _Statements:
     """The CQL of one table, formatted once."""
 
-    def __init__(self, ks: str, table: str, persistent: bool) -> None:
+    def __init__(self, ks: str, table: str, persistent: bool, old_row: bool) -> None:
         t = f"{ks}.{table}"
         free = "txn = null AND " if persistent else ""
+        # a server that returns the old row (ScyllaDB) needs no guess of the value
+        guess = "" if old_row else " AND v = ?"
         self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE db = ? AND k = ? '
-                     f'IF {free}"token" = null AND v = ?')
+                     f'IF {free}"token" = null{guess}')
         self.write = f'UPDATE {t} SET v = ?, w = ? WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
         self.write_end = (f'UPDATE {t} SET v = ?, w = ?, owner = null, "token" = null WHERE db = ? AND k = ? '
                           f'IF owner = ? AND "token" = ?')
@@ -118,15 +120,20 @@ class CassandraAdapter(LeasedAdapter):
     lease_source = LeaseSource.SERVER_TTL
     #: Cassandra purges an expired cell when it is read: no lag beyond the second
     lease_slack = 0.0
+    #: the dialect unless the ``dialect`` option says otherwise (scylla.py: scylla)
+    dialect = "cassandra"
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
-        self.config = cc.ClientConfig.from_options(options, self.op_timeout)
+        self.config = cc.ClientConfig.from_options(options, self.op_timeout, self.dialect)
         self.client = cc.Client(self.config)
         cc.ensure_schema(self.config, SCHEMA, _SCHEMA_DONE)
         ks = self.config.keyspace
         self.name = spec.cluster_name
-        self.cql = _Statements(ks, "persistent" if spec.persistent else "volatile", spec.persistent)
+        #: ScyllaDB returns the old row from every conditional statement, applied or not
+        self.old_row = cc.session_for(self.config).scylla_server
+        self.cql = _Statements(ks, "persistent" if spec.persistent else "volatile", spec.persistent,
+                               self.old_row)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._seen: dict[bytes, bytes | None] = {}  # the value last seen per key: take's guess
         self._bump_seqnum = not spec.persistent and bool(spec.tdb_flags & TDB_SEQNUM)
@@ -150,12 +157,16 @@ class CassandraAdapter(LeasedAdapter):
             return True, self._txn_get(key)
         guess = self._seen.get(key)
         for _ in range(2):  # a wrong guess costs one more try
-            args = (int(seconds), self.owner, token, self.db, _k(key), guess)
+            args = (int(seconds), self.owner, token, self.db, _k(key), *(() if self.old_row else (guess,)))
             try:
                 applied, row = self.client.lwt("lock", self.cql.take, args)
             except cc.OutcomeUnknown:
                 value, holder, _ = self._read_serial(key)
                 return (True, value) if holder == token else (False, None)
+            if applied and self.old_row:  # never run here: no ScyllaDB server (adapters/scylla.py)
+                if "v" not in row._fields:
+                    raise AdapterContractError("dialect scylla: the server's LWT result has no old row")
+                return True, row.v
             if applied:
                 return True, guess
             if row.token is not None:

@@ -140,6 +140,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             {"target": run.target, "results": [r.__dict__ for r in run.results]}, indent=1))
     if args.verbose and run.log:
         print("\nbridge log:\n" + run.log, end="")
+    elif run.results and not run.names("pass") and run.log.strip():
+        # nothing passed: the likely cause is one the bridge logged (-v shows all)
+        print("cause (the bridge's first log lines):", *run.log.strip().splitlines()[:3], sep="\n  ")
     return 0 if run.ok else 1
 
 

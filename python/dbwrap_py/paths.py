@@ -1,8 +1,10 @@
-"""Where the built C libraries are: build/ of this checkout, or $DBWRAP_PY_BUILD."""
+"""Where the built C libraries are: build/ of this checkout, or $DBWRAP_PY_BUILD;
+and which venv the bridge embeds."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from dbwrap_py.errors import ConfigError
@@ -19,3 +21,14 @@ def preload_library() -> Path:
     if not path.exists():
         raise ConfigError(f"{path} is missing: run make")
     return path
+
+
+def bridge_environment() -> dict[str, str]:
+    """This process's environment for a bridged child (smbd, the conformance
+    driver): the bridge embeds the venv running us, unless DBWRAP_PY_VENV
+    names one (else it takes .venv beside the library). A dialect whose
+    driver needs a venv of its own (scylla: .venv-scylla) then just works."""
+    env = dict(os.environ)
+    if sys.prefix != sys.base_prefix:
+        env.setdefault("DBWRAP_PY_VENV", sys.prefix)
+    return env

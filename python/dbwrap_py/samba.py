@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dbwrap_py.paths import preload_library
+from dbwrap_py.paths import bridge_environment, preload_library
 
 TEST_USER = "dbwrappy"
 TEST_PASSWORD = "dbwrappy-Pass1"
@@ -123,7 +123,7 @@ class ThrowawaySamba:
     @property
     def env(self) -> dict[str, str]:
         """The environment for smbd and every Samba tool on this instance."""
-        env = dict(os.environ)
+        env = bridge_environment()
         if self.setup.bridged:
             env["LD_PRELOAD"] = str(preload_library())
         return env

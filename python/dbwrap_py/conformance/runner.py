@@ -20,7 +20,7 @@ from pathlib import Path
 from dbwrap_py.adapter import Capabilities
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.nodecache.adapter import declared_capabilities
-from dbwrap_py.paths import build_dir
+from dbwrap_py.paths import bridge_environment, build_dir
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.servers import ServerError, backend_options
 
@@ -120,7 +120,7 @@ def run_suite(
 ) -> SuiteRun:
     """Run the checks on ``adapter`` (None: Samba's native tdb, the reference)."""
     options = dict(options or {})
-    env = dict(os.environ)
+    env = bridge_environment()
     if pythonpath:
         env["DBWRAP_PY_PATH"] = os.pathsep.join(
             [*pythonpath, *filter(None, [env.get("DBWRAP_PY_PATH")])])

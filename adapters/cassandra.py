@@ -49,6 +49,7 @@ Client plumbing (sessions per process, errors, unknown outcomes): ``_cassandra_c
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import socket
 import threading
@@ -82,6 +83,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",
 )
 _SCHEMA_DONE: set[cc.ClientConfig] = set()
+#: a ``databases`` row that is not there yet
+_NO_ROW = type("NoRow", (), {"opening": None, "generation": None})()
 
 
 def _k(key: bytes) -> bytes:
@@ -195,10 +198,18 @@ class CassandraAdapter(LeasedAdapter):
 
     def _locked_write(self, key: bytes, token: int, value: bytes | None, cql: str, what: str) -> bool:
         write_id = secrets.randbits(63)
-        try:
-            applied, _ = self.client.lwt(what, cql, (value, write_id, self.db, _k(key), self.owner, token))
-        except cc.OutcomeUnknown:
-            applied = self._read_serial(key)[2] == write_id
+        deadline = time.monotonic() + self.op_timeout
+        while True:
+            try:
+                applied, _ = self.client.lwt(what, cql, (value, write_id, self.db, _k(key), self.owner, token))
+                break
+            except cc.OutcomeUnknown:
+                _, holder, last_write = self._read_serial(key)
+                applied = last_write == write_id
+                # not applied while the lock is still ours: Paxos lost to
+                # contention, not to another holder; send it again
+                if applied or holder != token or time.monotonic() >= deadline:
+                    break
         if applied:
             self._seen[key] = value
             if self._bump_seqnum:  # after the write: a reader seeing the new number sees the write
@@ -308,39 +319,61 @@ class CassandraAdapter(LeasedAdapter):
         ks = self.config.keyspace
         lock = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
+        pause = 0.01
         while True:
             try:
                 applied, row = self.client.lwt("open", f"UPDATE {ks}.databases USING TTL ? SET opening = ? "
                                                "WHERE db = ? IF opening = null",
                                                (max(int(self.op_timeout), 1), lock, self.name))
-            except cc.OutcomeUnknown:
-                applied = False  # ours or not, its TTL ends it; try again
+            except cc.OutcomeUnknown:  # contended Paxos: read who holds it
+                applied = self._open_row().opening == lock
             if applied:
                 break
             if time.monotonic() >= deadline:
                 raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
-            time.sleep(0.02)
+            # backing off, with jitter: openers retrying in step keep one Paxos
+            # instance contended, the holder's release included (measured:
+            # 8 openers on 3 nodes timed out at a fixed 20 ms)
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 2, 0.25)
         try:
-            rows = self.client.run("open", f"SELECT generation FROM {ks}.databases WHERE db = ?",
-                                   (self.name,), serial=True)
-            self.generation = (rows[0].generation or 0) if rows else 0
+            self.generation = self._open_row().generation or 0
             if self.spec.tdb_flags & TDB_CLEAR_IF_FIRST and not self.client.run(
                     "open", f"SELECT opener FROM {ks}.openers WHERE db = ? LIMIT 1", (self.name,)):
                 self.generation += 1
-                self.client.lwt("open", f"UPDATE {ks}.databases SET generation = ? WHERE db = ? IF opening = ?",
-                                (self.generation, self.name, lock))
+                try:
+                    bumped, _ = self.client.lwt("open", f"UPDATE {ks}.databases SET generation = ? WHERE db = ? "
+                                                "IF opening = ?", (self.generation, self.name, lock))
+                except cc.OutcomeUnknown:
+                    bumped = self._open_row().generation == self.generation
+                if not bumped:
+                    raise Timeout(f"{self.name}: the open lock expired before the wipe (op_timeout)")
                 if self._bump_seqnum:
                     self.client.run("open", f"UPDATE {ks}.seqnums SET n = n + 1 WHERE db = ?", (self.name,),
                                     idempotent=False)
             self._opener = secrets.randbits(63)
             _OPENERS.join(self.config, self.name, self._opener)
         finally:
-            try:
-                self.client.lwt("open", f"UPDATE {ks}.databases SET opening = null WHERE db = ? IF opening = ?",
-                                (self.name, lock))
-            except cc.OutcomeUnknown:
-                pass  # its TTL ends it
+            self._let_open_lock_go(lock, deadline)
         self.db = f"{self.name}:{self.generation}"
+
+    def _open_row(self) -> Any:
+        """The database's row at SERIAL: ``opening`` (the open lock) and ``generation``."""
+        rows = self.client.run("open", f"SELECT opening, generation FROM {self.config.keyspace}.databases "
+                               "WHERE db = ?", (self.name,), serial=True)
+        return rows[0] if rows else _NO_ROW
+
+    def _let_open_lock_go(self, lock: int, deadline: float) -> None:
+        """Until it is known gone: a release lost in contention would keep
+        every other opener waiting for its TTL."""
+        while True:
+            try:
+                self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases SET opening = null "
+                                "WHERE db = ? IF opening = ?", (self.name, lock))
+                return
+            except cc.OutcomeUnknown:
+                if self._open_row().opening != lock or time.monotonic() >= deadline:
+                    return  # gone, or left to its TTL
 
     # -- lifetime ---------------------------------------------------------------------
 

@@ -266,63 +266,47 @@ class Client:
         statement.fetch_size = PAGE_ROWS
         try:
             result = self._session.session.execute(statement)
-            rows = list(result.current_rows)
-            self.round_trips += 1
+            rows, pages = list(result.current_rows), 1
             while result.has_more_pages:
                 result.fetch_next_page()
                 rows.extend(result.current_rows)
-                self.round_trips += 1
+                pages += 1
         except Exception as exc:
             raise mapped(exc, what) from exc
-        self.requests += self.round_trips
+        self.round_trips += pages
+        self.requests += pages
         return rows
 
-    def lwt(self, what: str, cql: str, args: Sequence[Any], beside: Sequence[tuple[str, Sequence[Any]]] = ()
-            ) -> tuple[bool, Any]:
-        """A conditional statement: (applied, the row it returned). Statements
-        in ``beside`` are sent at the same time (one round trip for all).
-        Raises OutcomeUnknown when it may or may not have been applied."""
-        self.round_trips += 1
-        self.requests += 1 + len(beside)
-        apply_then_fail = self.fault(what) if self.fault is not None else False
-        session = self._session.session
-        try:
-            others = [session.execute_async(self._bound(c, a)) for c, a in beside]
-            result = session.execute(self._bound(cql, args))
-            for other in others:
-                other.result()
-        except Exception as exc:
-            if outcome_unknown(exc):
-                raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc
-            raise mapped(exc, what) from exc
-        row = result.one()
-        if apply_then_fail:
-            raise OutcomeUnknown(f"{what}: injected after the statement was applied")
-        return bool(row[0]), row
+    def lwt(self, what: str, cql: str, args: Sequence[Any]) -> tuple[bool, Any]:
+        """A conditional statement: (applied, the row it returned). Raises
+        OutcomeUnknown when it may or may not have been applied."""
+        return self._conditional(what, lambda: self._bound(cql, args))
 
     def batch(self, what: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[bool, Any]:
         """A conditional single-partition batch: (applied, the row returned)."""
         from cassandra.query import BatchStatement, BatchType
 
+        def build() -> Any:
+            batch = BatchStatement(batch_type=BatchType.LOGGED)
+            for cql, args in statements:
+                batch.add(self._session.prepared(cql), args)
+            return batch
+
+        return self._conditional(what, build)
+
+    def _conditional(self, what: str, build: Callable[[], Any]) -> tuple[bool, Any]:
         self.round_trips += 1
         self.requests += 1
         apply_then_fail = self.fault(what) if self.fault is not None else False
-        batch = BatchStatement(batch_type=BatchType.LOGGED)
         try:
-            for cql, args in statements:
-                batch.add(self._session.prepared(cql), args)
-            result = self._session.session.execute(batch)
+            row = self._session.session.execute(build()).one()
         except Exception as exc:
             if outcome_unknown(exc):
                 raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc
             raise mapped(exc, what) from exc
-        row = result.one()
         if apply_then_fail:
-            raise OutcomeUnknown(f"{what}: injected after the batch was applied")
+            raise OutcomeUnknown(f"{what}: injected after it was applied")
         return bool(row[0]), row
-
-    def after_fork(self) -> None:
-        """Nothing to drop: the session is found by pid on next use."""
 
 
 def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[ClientConfig]) -> None:

@@ -54,6 +54,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -67,6 +68,8 @@ from dbwrap_py.options import Options
 DEFAULT_LEASE = 10.0
 #: seconds an opener's row lives unless renewed (renewed every third of it)
 OPENER_TTL = 10
+#: values remembered per open database as take's guess (the most recently used)
+SEEN_KEYS = 4096
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 
@@ -138,7 +141,9 @@ class CassandraAdapter(LeasedAdapter):
         self.cql = _Statements(ks, "persistent" if spec.persistent else "volatile", spec.persistent,
                                self.old_row)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self._seen: dict[bytes, bytes | None] = {}  # the value last seen per key: take's guess
+        # the value last seen per key, take's guess; bounded, since a smbd
+        # process lives long and locking.tdb's keys are every file it touched
+        self._seen: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._bump_seqnum = not spec.persistent and bool(spec.tdb_flags & TDB_SEQNUM)
         self._txn: dict[bytes, bytes | None] | None = None
         self._txn_token = 0
@@ -174,7 +179,8 @@ class CassandraAdapter(LeasedAdapter):
                 return True, guess
             if row.token is not None:
                 return False, None
-            guess = self._seen[key] = row.v
+            guess = row.v
+            self._remember(key, guess)
         return False, None  # it changed between the tries: the caller tries again
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
@@ -211,11 +217,17 @@ class CassandraAdapter(LeasedAdapter):
                 if applied or holder != token or time.monotonic() >= deadline:
                     break
         if applied:
-            self._seen[key] = value
+            self._remember(key, value)
             if self._bump_seqnum:  # after the write: a reader seeing the new number sees the write
                 self.client.run("seqnum", f"UPDATE {self.config.keyspace}.seqnums SET n = n + 1 WHERE db = ?",
                                 (self.name,), idempotent=False)
         return applied
+
+    def _remember(self, key: bytes, value: bytes | None) -> None:
+        self._seen[key] = value
+        self._seen.move_to_end(key)
+        if len(self._seen) > SEEN_KEYS:
+            self._seen.popitem(last=False)
 
     def _read_serial(self, key: bytes) -> tuple[bytes | None, int | None, int | None]:
         """The record, its lock token and last write id, at SERIAL: any Paxos
@@ -229,7 +241,8 @@ class CassandraAdapter(LeasedAdapter):
         if self._txn is not None:
             return self._txn_get(key)
         rows = self.client.run("fetch", self.cql.get, (self.db, _k(key)))
-        value = self._seen[key] = rows[0].v if rows else None
+        value = rows[0].v if rows else None
+        self._remember(key, value)
         return value
 
     def scan(self) -> list[tuple[bytes, bytes]]:
@@ -296,7 +309,7 @@ class CassandraAdapter(LeasedAdapter):
         if not applied:
             raise FencedOut("the transaction lock expired before the commit; nothing was written")
         for key, value in writes.items():
-            self._seen[key] = value
+            self._remember(key, value)
 
     def transaction_cancel(self) -> None:
         _, token = self._end_transaction()

@@ -11,7 +11,7 @@ Tables, in keyspace ``keyspace`` (default ``dbwrap_py``; ``<db>`` is
   for a traverse. ``db`` is ``<db>:<generation>``: a CLEAR_IF_FIRST wipe
   starts a new generation (one LWT) instead of deleting record by record.
 * ``persistent``: PRIMARY KEY (db, k), one partition per database, with
-  static columns ``txn`` (the transaction lock), ``seq`` and ``commit_id``.
+  static columns ``txn`` (the transaction lock), ``seq`` and ``commits``.
   A transaction commits as one conditional single-partition batch: Cassandra
   applies it as one Paxos proposal, all or nothing and isolated, and only
   while ``txn`` is still ours. A client that dies mid-commit either sent the
@@ -32,10 +32,14 @@ Record locks (dbwrap_py.leased builds lock, put, unlock on these): the cells
   try with that guess takes the lock.
 * every locked write: ``UPDATE ... IF owner = ? AND "token" = ?``, so a
   holder whose TTL ran out writes nothing (FencedOut); write+unlock is one
-  such statement. Each also sets ``w``, the write's own id, by which an
-  unknown outcome is resolved.
+  such statement. In the same conditional batch each leaves a receipt: the
+  write's random id in ``receipts[<writer>]``, a cell of the record's row
+  with a TTL of its own (RECEIPT_TTL). The writer is this process, which
+  holds the lock while it writes: the next holder writes a receipt of its
+  own, not over ours.
 * an unknown outcome (``_cassandra_client``) is resolved by reading the row
-  at SERIAL: the token or the write id says whether it was applied.
+  at SERIAL: the token says whether a take was applied, the receipt whether
+  a write was, even once the next holder has written the record since.
 
 TDB_CLEAR_IF_FIRST: the opener takes the ``opening`` LWT lock of the
 database's row, looks for live rows in ``openers``, starts a new generation
@@ -70,16 +74,19 @@ DEFAULT_LEASE = 10.0
 OPENER_TTL = 10
 #: values remembered per open database as take's guess (the most recently used)
 SEEN_KEYS = 4096
+#: seconds a write's receipt outlives it: well past the SERIAL read that resolves its outcome
+RECEIPT_TTL = 300
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS {ks}.volatile (db text, k blob, v blob, owner text, "token" bigint,
-       w bigint, PRIMARY KEY ((db, k)))""",
+       receipts map<text, bigint>, PRIMARY KEY ((db, k)))""",
     # a traverse reads the database's rows by this index, not the whole table
     "CREATE INDEX IF NOT EXISTS volatile_db ON {ks}.volatile (db)",
     """CREATE TABLE IF NOT EXISTS {ks}.persistent (db text, k blob, v blob, owner text, "token" bigint,
-       w bigint, txn bigint static, txn_owner text static, seq bigint static, commit_id bigint static,
+       receipts map<text, bigint>, txn bigint static, txn_owner text static, seq bigint static,
+       commits map<text, bigint> static,
        PRIMARY KEY (db, k))""",
     "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint)",
     "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
@@ -105,12 +112,13 @@ class _Statements:
         guess = "" if old_row else " AND v = ?"
         self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE db = ? AND k = ? '
                      f'IF {free}"token" = null{guess}')
-        self.write = f'UPDATE {t} SET v = ?, w = ? WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
-        self.write_end = (f'UPDATE {t} SET v = ?, w = ?, owner = null, "token" = null WHERE db = ? AND k = ? '
+        self.write = f'UPDATE {t} SET v = ? WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
+        self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE db = ? AND k = ? '
                           f'IF owner = ? AND "token" = ?')
+        self.receipt = f"UPDATE {t} USING TTL {RECEIPT_TTL} SET receipts[?] = ? WHERE db = ? AND k = ?"
         self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
         self.get = f"SELECT v FROM {t} WHERE db = ? AND k = ?"
-        self.serial = f'SELECT v, "token", w FROM {t} WHERE db = ? AND k = ?'
+        self.serial = f'SELECT v, "token", receipts FROM {t} WHERE db = ? AND k = ?'
         self.scan = f"SELECT k, v FROM {t} WHERE db = ?"  # a partition, or by the index on db
 
 
@@ -207,11 +215,13 @@ class CassandraAdapter(LeasedAdapter):
         deadline = time.monotonic() + self.op_timeout
         while True:
             try:
-                applied, _ = self.client.lwt(what, cql, (value, write_id, self.db, _k(key), self.owner, token))
+                applied, _ = self.client.batch(what, [
+                    (cql, (value, self.db, _k(key), self.owner, token)),
+                    (self.cql.receipt, (self.owner, write_id, self.db, _k(key)))])
                 break
             except cc.OutcomeUnknown:
-                _, holder, last_write = self._read_serial(key)
-                applied = last_write == write_id
+                _, holder, receipt = self._read_serial(key)
+                applied = receipt == write_id
                 # not applied while the lock is still ours: Paxos lost to
                 # contention, not to another holder; send it again
                 if applied or holder != token or time.monotonic() >= deadline:
@@ -230,10 +240,12 @@ class CassandraAdapter(LeasedAdapter):
             self._seen.popitem(last=False)
 
     def _read_serial(self, key: bytes) -> tuple[bytes | None, int | None, int | None]:
-        """The record, its lock token and last write id, at SERIAL: any Paxos
-        round in flight on it is finished first."""
+        """The record, its lock token and this process's last receipt for it,
+        at SERIAL: any Paxos round in flight on it is finished first."""
         rows = self.client.run("resolve", self.cql.serial, (self.db, _k(key)), serial=True)
-        return (rows[0].v, rows[0].token, rows[0].w) if rows else (None, None, None)
+        if not rows:
+            return None, None, None
+        return rows[0].v, rows[0].token, (rows[0].receipts or {}).get(self.owner)
 
     # -- the rest ---------------------------------------------------------------------
 
@@ -281,10 +293,12 @@ class CassandraAdapter(LeasedAdapter):
         self._txn_seq = self._transaction_row()[2]
 
     def _transaction_row(self) -> tuple[int | None, int | None, int]:
-        """The partition's transaction lock, last commit id and seq, at SERIAL."""
-        rows = self.client.run("transaction", f"SELECT txn, commit_id, seq FROM {self.config.keyspace}.persistent"
+        """The partition's transaction lock, this process's last commit id and seq, at SERIAL."""
+        rows = self.client.run("transaction", f"SELECT txn, commits, seq FROM {self.config.keyspace}.persistent"
                                " WHERE db = ? LIMIT 1", (self.db,), serial=True)
-        return (rows[0].txn, rows[0].commit_id, rows[0].seq or 0) if rows else (None, None, 0)
+        if not rows:
+            return None, None, 0
+        return rows[0].txn, (rows[0].commits or {}).get(self.owner), rows[0].seq or 0
 
     def _txn_get(self, key: bytes) -> bytes | None:
         assert self._txn is not None
@@ -298,10 +312,12 @@ class CassandraAdapter(LeasedAdapter):
         t = f"{self.config.keyspace}.persistent"
         commit_id = secrets.randbits(63)
         statements: list[tuple[str, Any]] = [
-            (f"UPDATE {t} SET v = ?, w = ? WHERE db = ? AND k = ?", (v, commit_id, self.db, _k(k)))
-            for k, v in writes.items()]
-        statements.append((f"UPDATE {t} SET txn = null, txn_owner = null, seq = ?, commit_id = ? WHERE db = ? "
-                           "IF txn = ?", (self._txn_seq + 1, commit_id, self.db, token)))
+            (f"UPDATE {t} SET v = ? WHERE db = ? AND k = ?", (v, self.db, _k(k))) for k, v in writes.items()]
+        statements.append((f"UPDATE {t} SET txn = null, txn_owner = null, seq = ? WHERE db = ? IF txn = ?",
+                           (self._txn_seq + 1, self.db, token)))
+        # the commit's receipt: the next transaction writes its own, not over ours
+        statements.append((f"UPDATE {t} USING TTL {RECEIPT_TTL} SET commits[?] = ? WHERE db = ?",
+                           (self.owner, commit_id, self.db)))
         try:
             applied, _ = self.client.batch("commit", statements)
         except cc.OutcomeUnknown:
@@ -392,6 +408,7 @@ class CassandraAdapter(LeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"  # whose receipts are whose
         self._txn = None
         self._opener = 0  # the parent's row; the parent renews and removes it
 

@@ -121,6 +121,53 @@ def test_a_write_whose_outcome_is_unknown_is_resolved_by_its_write_id(cassandra,
     assert db.get(b"k") == b"after"
 
 
+def _next_holder_writes(cassandra, tmp_path, value: bytes, persistent: bool = False) -> None:
+    """Another process (a forked child) writes the record ``k`` under its own lock."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            child = CassandraAdapter(DatabaseSpec(str(tmp_path / "t.tdb"), tdb_flags=PERSISTENT if persistent
+                                                  else VOLATILE), Options(cassandra.options()))
+            if persistent:
+                child.transaction_start()
+                child.fenced_write(b"k", 0, value)
+                child.transaction_commit()
+            else:
+                store(child, b"k", value)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["write", "commit"])
+def test_an_applied_write_is_known_even_after_the_next_holder_wrote(cassandra, tmp_path, monkeypatch, persistent):
+    """Between an applied write+unlock (or commit) reported unknown and the
+    SERIAL read that resolves it, another process takes the record and
+    writes: the receipt, not the record's current state, says it was applied."""
+    db = open_db(cassandra, tmp_path, flags=PERSISTENT if persistent else VOLATILE)
+    resolve = db._transaction_row if persistent else db._read_serial
+
+    def next_holder_first(*args):
+        _next_holder_writes(cassandra, tmp_path, b"next", persistent)
+        return resolve(*args)
+
+    db.client.fault = lambda what: what in ("store and unlock", "commit")  # applied, then reported unknown
+    if persistent:
+        db.transaction_start()
+        db.fenced_write(b"k", 0, b"ours")
+        monkeypatch.setattr(db, "_transaction_row", next_holder_first)
+        db.transaction_commit()  # no FencedOut: it was applied
+    else:
+        db.lock(b"k")
+        monkeypatch.setattr(db, "_read_serial", next_holder_first)
+        db.put_unlock(b"k", b"ours")  # no FencedOut: it was applied
+    db.client.fault = None
+    assert db.get(b"k") == b"next"
+
+
 def test_an_unknown_write_that_was_not_applied_is_fenced_out(cassandra, tmp_path):
     db = open_db(cassandra, tmp_path, lease=1)
     db.lock(b"k")

@@ -70,7 +70,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped
+from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped, stop_process
 
 VERSION = "5.0.8"
 #: node i listens on HOSTS[i]: the loopback is all of 127/8 on Linux
@@ -573,15 +573,7 @@ class CassandraCluster:
         process = node.process
         if process is None:
             return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, sig)
-                os.kill(process.pid, signal.SIGCONT)  # a paused node must act on it
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, sig, timeout)
         node.process = None
 
     def _node(self, index: int) -> _Node:

@@ -83,7 +83,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped
+from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped, stop_process
 
 HOST = "127.0.0.1"
 POOL = "dbwrap_py"
@@ -619,15 +619,7 @@ class CephCluster:
         process = daemon.process
         if process is None:
             return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, sig)
-                os.kill(process.pid, signal.SIGCONT)  # a paused daemon must act on it
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, sig, timeout)
         daemon.clean_stop = sig == signal.SIGTERM and process.returncode == 0
         daemon.process = None
 

@@ -7,8 +7,10 @@ and is stopped by PID (never by name) when its context manager exits.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -34,6 +36,20 @@ def dying_with_parent(argv: Sequence[str]) -> list[str]:
     if _SETPRIV is None:  # not util-linux: servers just outlive a crashed parent
         return list(argv)
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+
+
+def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> None:
+    """Send ``sig`` to ``process`` (by its PID) and wait for it; SIGKILL after
+    ``timeout``. SIGCONT follows the signal: a paused server must act on it."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, sig)
+            os.kill(process.pid, signal.SIGCONT)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @contextlib.contextmanager

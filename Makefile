@@ -35,7 +35,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados soak-etcd clean
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -245,7 +245,7 @@ bench-etcd: all
 # volatile database; then its memory and threads per smbd process; then
 # the node cache (opens/s), and round trips per dbwrap operation (bench
 # micro) without and with it.
-bench-rados: all
+bench-rados: all $(MICRO_BIN)
 	@mkdir -p $(RESULTS)
 	for objects in 1 8 64; do \
 		$(VPY) -m dbwrap_py.cli bench smb --adapters rados -o rados:objects=$$objects \
@@ -260,6 +260,19 @@ bench-rados: all
 		--json $(RESULTS)/bench-micro-rados.json
 	$(VPY) -m dbwrap_py.cli bench micro --adapters rados -o rados:node_cache=yes --time 1 \
 		--json $(RESULTS)/bench-micro-rados-cache.json
+
+# cassandra (a throwaway one-node Cassandra) against native tdb, two paired
+# rounds per point; its memory and threads per smbd process; round trips
+# per dbwrap operation (bench micro). The consistency options and
+# paxos_variant, and LWTs under contention, are bench/cassandra_*.py.
+bench-cassandra: all $(MICRO_BIN)
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench smb --adapters cassandra --nprocs 1,4,16,64 --time 8 --rounds 2 \
+		--json $(RESULTS)/bench-smb-cassandra.json
+	$(VPY) -m dbwrap_py.cli bench memory --adapters cassandra --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory-cassandra.json
+	$(VPY) -m dbwrap_py.cli bench micro --adapters cassandra --time 1 \
+		--json $(RESULTS)/bench-micro-cassandra.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

@@ -615,6 +615,11 @@ def test_throwaway_server(etcd):
 # -- a backend that goes away ---------------------------------------------------
 
 
+#: seconds past op_timeout a failing call may take on a loaded machine (the
+#: fresh-root run shares 2 cores with apt and Java): it bounds, it does not time
+SLACK = 1.0
+
+
 def test_dead_or_paused_backend_fails_within_op_timeout(name):
     with EtcdCluster(nodes=1) as own:
         db = open_etcd(own.endpoints, name, op_timeout="1")
@@ -624,11 +629,11 @@ def test_dead_or_paused_backend_fails_within_op_timeout(name):
         start = time.monotonic()
         with pytest.raises(Timeout):
             db.fetch(b"k")
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 1 + SLACK
         start = time.monotonic()
         with pytest.raises((Timeout, Unavailable)):
             put(db, b"k", b"w")
-        assert time.monotonic() - start < 2.5  # lock_get, then the unlock's own timeout
+        assert time.monotonic() - start < 2 + SLACK  # lock_get, then the unlock's own timeout
         own.resume_member(0)
         assert db.fetch(b"k") == b"v"
 
@@ -637,7 +642,7 @@ def test_dead_or_paused_backend_fails_within_op_timeout(name):
             start = time.monotonic()
             with pytest.raises(Unavailable):
                 op()
-            assert time.monotonic() - start < 1.5
+            assert time.monotonic() - start < 1 + SLACK
         own.start_member(0)
         assert db.fetch(b"k") == b"v", "back to work once etcd is back"
         put(db, b"k", b"after")

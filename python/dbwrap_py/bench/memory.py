@@ -139,8 +139,9 @@ def measure_held(samba: ThrowawaySamba, backend: str, connections: int, settle: 
     helpers = children_of(smbd)
     command = torture_command(samba, "smb2.bench.path-contention-shared",
                               f"torture:timelimit={hold}", f"torture:nprocs={connections}")
+    # cwd: smbtorture, stopped here by signal, leaves its smbtorture* folder behind
     torture = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+                               start_new_session=True, cwd=samba.root)
     try:
         _wait_for_clients(smbd, helpers, connections, connect_timeout)
         time.sleep(settle)  # the connections are busy opening files by now

@@ -50,6 +50,11 @@ OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency
 DIALECTS = ("cassandra", "scylla")
 
 
+def stored_key(key: bytes) -> bytes:
+    """The stored key: a blob key may not be empty in Cassandra, a Samba key may."""
+    return b"/" + key
+
+
 class OutcomeUnknown(DbwrapError):
     """An LWT that may or may not have been applied; the caller reads back."""
 

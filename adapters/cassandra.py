@@ -520,7 +520,9 @@ def _throwaway_cluster(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
             yield reach
             return
         ours = {k: v for k, v in options.items() if k in CassandraAdapter.option_names}
-        with NodeAgentProcess("cassandra", {**ours, **reach}, ttl=max(CassandraAdapter.lease_for(ours), 2.0)) as agent:
+        # at least 3 s: a whole-second TTL grants a second less (_cassandra_ownership), and at 2 s
+        # the lease the agent publishes would lapse between its keepalives
+        with NodeAgentProcess("cassandra", {**ours, **reach}, ttl=max(CassandraAdapter.lease_for(ours), 3.0)) as agent:
             yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 

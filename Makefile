@@ -153,6 +153,7 @@ test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 	$(VPY) -m pytest -q tests/conformance
 

@@ -47,6 +47,16 @@ if there are none, adds its own row (TTL ``OPENER_TTL``, renewed by a thread
 of the opening process) and lets the lock go. A killed opener counts as open
 until its row expires.
 
+Node cache (``node_cache = yes``, volatile databases): ``_cassandra_ownership``
+is this adapter's side of the protocol. It needs layout ``buckets``
+(``node_volatile``: a partition per bucket, so that a record's process lock,
+a node's lock on it and its bucket's claim are decided by one LWT); the
+record lock statements above are the same there, with (db, bucket, k) as
+the key, and a take is also refused while a live node owns the record (that
+node is asked to hand it over). A generation's first opener chooses the
+layout (option ``layout``, by default ``buckets`` with node_cache, else
+``records``), kept in ``databases.layout``; later openers follow it.
+
 Client plumbing (sessions per process, errors, unknown outcomes): ``_cassandra_client``.
 """
 

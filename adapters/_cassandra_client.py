@@ -282,10 +282,11 @@ class Client:
         self.requests += pages
         return rows
 
-    def lwt(self, what: str, cql: str, args: Sequence[Any]) -> tuple[bool, Any]:
+    def lwt(self, what: str, cql: str, args: Sequence[Any], timeout: float | None = None) -> tuple[bool, Any]:
         """A conditional statement: (applied, the row it returned). Raises
-        OutcomeUnknown when it may or may not have been applied."""
-        return self._conditional(what, lambda: self._bound(cql, args))
+        OutcomeUnknown when it may or may not have been applied (also when
+        no answer came within ``timeout``, default op_timeout)."""
+        return self._conditional(what, lambda: self._bound(cql, args), timeout)
 
     def batch(self, what: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[bool, Any]:
         """A conditional single-partition batch: (applied, the row returned)."""
@@ -299,12 +300,12 @@ class Client:
 
         return self._conditional(what, build)
 
-    def _conditional(self, what: str, build: Callable[[], Any]) -> tuple[bool, Any]:
+    def _conditional(self, what: str, build: Callable[[], Any], timeout: float | None = None) -> tuple[bool, Any]:
         self.round_trips += 1
         self.requests += 1
         apply_then_fail = self.fault(what) if self.fault is not None else False
         try:
-            row = self._session.session.execute(build()).one()
+            row = self._session.session.execute(build(), **({"timeout": timeout} if timeout else {})).one()
         except Exception as exc:
             if outcome_unknown(exc):
                 raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc

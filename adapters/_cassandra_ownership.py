@@ -139,7 +139,8 @@ class _Cql:
         pk = "db = ? AND bucket = ? AND k = ?"
         self.take = (f'UPDATE {t} SET holder = ?, held = ?, ver = ? WHERE {pk} IF "token" = null AND held = null '
                      "AND holder = ? AND claim = ? AND claimer = ? AND detached = ? AND v = ?")
-        self.partition = f'SELECT k, v, "token", held, detached, claim, claimer, ver FROM {t} WHERE db = ? AND bucket = ?'
+        self.partition = (f'SELECT k, v, "token", held, detached, claim, claimer, ver FROM {t} '
+                          "WHERE db = ? AND bucket = ?")
         self.claim = (f"UPDATE {t} SET claim = ?, claimer = ?, ver = ? WHERE db = ? AND bucket = ? "
                       "IF claim = ? AND ver = ?")
         self.undetach = f"UPDATE {t} SET detached = null WHERE {pk}"
@@ -401,7 +402,7 @@ class CassandraNodeStore(NodeStore):
         try:
             applied, _ = self.client.lwt("keepalive", f"UPDATE {self.config.keyspace}.nodes USING TTL ? "
                                          "SET lease = ? WHERE name = ? IF lease = ?",
-                                         (seconds, lease.id, self._node.decode(), lease.id))
+                                         (seconds, lease.id, self._node.decode(), lease.id), timeout=timeout)
         except cc.OutcomeUnknown as exc:
             raise Timeout(f"keepalive: {exc}") from exc  # the agent tries again soon
         return granted if applied else 0.0  # not applied: expired, and it stays so

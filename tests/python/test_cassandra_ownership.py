@@ -212,3 +212,21 @@ def test_the_first_opener_chooses_the_layout_and_a_wipe_voids_the_tokens(cassand
     assert again.ownership().take(b"k2", b"w", lease.id).value is None
     store.revoke(lease)
     again.close()
+
+
+def test_a_process_lock_waits_for_a_live_claim_and_settles_a_dead_one(cassandra, tmp_path):
+    db = open_db(cassandra, tmp_path, op_timeout="8")
+    own = db.ownership()
+    x = node_store(cassandra)
+    lease = x.grant(b"x", TTL)
+    claim = own.claim(bucket_of(b"k"), b"x", lease.id)
+    assert claim is not None
+    started = time.monotonic()
+    db.lock(b"k")  # x's lease ends (no keepalive): the process removes its claim and locks
+    waited = time.monotonic() - started
+    assert 0.5 < waited < TTL + 1.5, f"locked after {waited:.2f} s"
+    assert requests_to(x, b"x"), "the process asked x while x lived"
+    db.put_unlock(b"k", b"v")
+    assert not own.release_bucket(bucket_of(b"k"), claim.token, {b"k": b"x's"}), "x is fenced"
+    assert db.get(b"k") == b"v"
+    db.close()

@@ -37,6 +37,8 @@ from dbwrap_py.options import Options
 DEFAULT_PORT = 9042
 #: the protocol version Cassandra 5.0 speaks; naming it avoids the driver's downgrade dance
 PROTOCOL_VERSION = 5
+#: seconds a write's receipt outlives it: well past the SERIAL read that resolves its outcome
+RECEIPT_TTL = 300
 #: rows per page when reading a whole database
 PAGE_ROWS = 1000
 #: error code of "CAS operation result is unknown" (native protocol v5, CAS_WRITE_UNKNOWN)

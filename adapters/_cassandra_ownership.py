@@ -6,7 +6,7 @@ bucket's records in one partition of ``node_volatile`` (PRIMARY KEY ((db,
 bucket), k)), beside everything that says who owns them:
 
     per record (row)   v, and a process's record lock: owner, "token" (TTL
-                       cells, as in the per-record layout), w (a write's id)
+                       cells, as in the per-record layout), receipts (by writer)
                        a node's record lock: holder ("node:lease"), held (its token)
                        detached: the token of the claim the key was handed out of
     per bucket         claim (the token of a node's bucket claim), claimer,
@@ -145,17 +145,19 @@ class _Cql:
                       "IF claim = ? AND ver = ?")
         self.undetach = f"UPDATE {t} SET detached = null WHERE {pk}"
         self.claim_of = f"SELECT claim, ver FROM {t} WHERE db = ? AND bucket = ? LIMIT 1"
-        self.back_lock = f"UPDATE {t} SET v = ?, w = ?, holder = null, held = null WHERE {pk} IF held = ?"
-        self.back_bucket = f"UPDATE {t} SET v = ?, w = ?, detached = ? WHERE {pk} IF claim = ? AND detached = null"
-        self.through_lock = f"UPDATE {t} SET v = ?, w = ? WHERE {pk} IF held = ?"
-        self.through_bucket = f"UPDATE {t} SET v = ?, w = ? WHERE {pk} IF claim = ? AND detached = null"
-        self.serial = f"SELECT v, w, held, claim FROM {t} WHERE {pk}"
+        self.back_lock = f"UPDATE {t} SET v = ?, holder = null, held = null WHERE {pk} IF held = ?"
+        self.back_bucket = f"UPDATE {t} SET v = ?, detached = ? WHERE {pk} IF claim = ? AND detached = null"
+        self.through_lock = f"UPDATE {t} SET v = ? WHERE {pk} IF held = ?"
+        self.through_bucket = f"UPDATE {t} SET v = ? WHERE {pk} IF claim = ? AND detached = null"
+        # as the adapter's own (cassandra.py): the writer's receipt, in the same conditional batch
+        self.receipt = f"UPDATE {t} USING TTL {cc.RECEIPT_TTL} SET receipts[?] = ? WHERE {pk}"
+        self.serial = f"SELECT v, receipts, held, claim FROM {t} WHERE {pk}"
         self.row = f"SELECT held, holder, claim, claimer, detached FROM {t} WHERE {pk}"
         self.unlock = f"UPDATE {t} SET holder = null, held = null WHERE {pk} IF held = ?"
         self.unclaim = f"UPDATE {t} SET claim = null, claimer = null WHERE db = ? AND bucket = ? IF claim = ?"
         self.release = (f"UPDATE {t} SET claim = null, claimer = null, ver = ? WHERE db = ? AND bucket = ? "
                         "IF claim = ?")
-        self.put = f"UPDATE {t} SET v = ?, w = ? WHERE {pk}"
+        self.put = f"UPDATE {t} SET v = ? WHERE {pk}"
         self.ask = f"INSERT INTO {ks}.requests (node, db, k, asked) VALUES (?, ?, ?, ?) USING TTL ?"
         self.served = f"DELETE FROM {ks}.requests WHERE node = ? AND db = ? AND k = ?"
         self.lease = f"SELECT lease FROM {ks}.nodes WHERE name = ?"
@@ -291,19 +293,21 @@ class CassandraOwnership(Ownership):
 
     def _fenced(self, what: str, key: bytes, token: int, cql: str, value: bytes | None,
                 sets: tuple[Any, ...] = ()) -> bool:
-        """``SET v = value, w = <write id>, *sets ... IF <held or claim> = token``:
-        an unknown outcome is resolved by its write id at SERIAL, and sent
-        again while the token still holds."""
+        """``SET v = value, *sets ... IF <held or claim> = token``, with a
+        receipt (the writer: the token) in the same conditional batch: an
+        unknown outcome is resolved by it at SERIAL, even once the next owner
+        wrote, and sent again while the token still holds."""
         pk = self._pk(key, generation_of(token))
-        write_id = secrets.randbits(63)
+        write_id, writer = secrets.randbits(63), f"node:{token:x}"
         deadline = time.monotonic() + self.op_timeout
         while True:
             try:
-                applied, _ = self.client.lwt(what, cql, (value, write_id, *sets, *pk, token))
+                applied, _ = self.client.batch(what, [(cql, (value, *sets, *pk, token)),
+                                                      (self.cql.receipt, (writer, write_id, *pk))])
                 return applied
             except cc.OutcomeUnknown:
                 rows = self.client.run(what, self.cql.serial, pk, serial=True)
-                if rows and rows[0].w == write_id:
+                if rows and (rows[0].receipts or {}).get(writer) == write_id:
                     return True
                 if not rows or token not in (rows[0].held, rows[0].claim) or time.monotonic() >= deadline:
                     return False
@@ -336,8 +340,7 @@ class CassandraOwnership(Ownership):
         rows = self.client.run("release bucket", self.cql.partition, where)
         released = secrets.randbits(63)
         statements: list[tuple[str, Any]] = [(self.cql.release, (released, *where, token))]
-        write_id = secrets.randbits(63)
-        statements += [(self.cql.put, (value, write_id, *where, cc.stored_key(key))) for key, value in records.items()]
+        statements += [(self.cql.put, (value, *where, cc.stored_key(key))) for key, value in records.items()]
         statements += [(self.cql.undetach, (*where, row.k)) for row in rows
                        if row.k is not None and row.detached == token]
         try:

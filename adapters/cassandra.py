@@ -89,8 +89,7 @@ RECORDS, BUCKETS = "records", "buckets"
 OPENER_TTL = 10
 #: values remembered per open database as take's guess (the most recently used)
 SEEN_KEYS = 4096
-#: seconds a write's receipt outlives it: well past the SERIAL read that resolves its outcome
-RECEIPT_TTL = 300
+RECEIPT_TTL = cc.RECEIPT_TTL
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 
@@ -107,7 +106,7 @@ SCHEMA = (
     # the node cache's layout (_cassandra_ownership): a bucket's records in one
     # partition, its claim in static columns, so one LWT decides about a record
     """CREATE TABLE IF NOT EXISTS {ks}.node_volatile (db text, bucket int, k blob, v blob, owner text,
-       "token" bigint, receipts map<text, bigint>, w bigint, holder text, held bigint, detached bigint,
+       "token" bigint, receipts map<text, bigint>, holder text, held bigint, detached bigint,
        claim bigint static,
        claimer text static, ver bigint static, PRIMARY KEY ((db, bucket), k))""",
     "CREATE INDEX IF NOT EXISTS node_volatile_db ON {ks}.node_volatile (db)",

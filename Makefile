@@ -140,7 +140,7 @@ test-python: venv venv-scylla $(BRIDGE_LIB)
 # throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
 # one-OSD Ceph, 2 s record locks), cassandra (on a throwaway one-node
 # Cassandra, 2 s record locks), then the other adapters and
-# every broken example under pytest. etcd and rados run twice: without and
+# every broken example under pytest. etcd, rados and cassandra run twice: without and
 # with the node cache (a throwaway node agent beside the throwaway store);
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
 # cluster file; without it, it runs under pytest).
@@ -153,6 +153,7 @@ test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 	$(VPY) -m pytest -q tests/conformance
 

@@ -37,6 +37,8 @@ from dbwrap_py.options import Options
 DEFAULT_PORT = 9042
 #: the protocol version Cassandra 5.0 speaks; naming it avoids the driver's downgrade dance
 PROTOCOL_VERSION = 5
+#: seconds a write's receipt outlives it: well past the SERIAL read that resolves its outcome
+RECEIPT_TTL = 300
 #: rows per page when reading a whole database
 PAGE_ROWS = 1000
 #: error code of "CAS operation result is unknown" (native protocol v5, CAS_WRITE_UNKNOWN)
@@ -48,6 +50,11 @@ OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency
                 "user", "password", "tls_ca", "tls_cert", "tls_key", "dialect")
 #: cassandra: cassandra-driver; scylla: scylla-driver (shard-aware), ScyllaDB's LWT rules when the server is one
 DIALECTS = ("cassandra", "scylla")
+
+
+def stored_key(key: bytes) -> bytes:
+    """The stored key: a blob key may not be empty in Cassandra, a Samba key may."""
+    return b"/" + key
 
 
 class OutcomeUnknown(DbwrapError):
@@ -277,10 +284,11 @@ class Client:
         self.requests += pages
         return rows
 
-    def lwt(self, what: str, cql: str, args: Sequence[Any]) -> tuple[bool, Any]:
+    def lwt(self, what: str, cql: str, args: Sequence[Any], timeout: float | None = None) -> tuple[bool, Any]:
         """A conditional statement: (applied, the row it returned). Raises
-        OutcomeUnknown when it may or may not have been applied."""
-        return self._conditional(what, lambda: self._bound(cql, args))
+        OutcomeUnknown when it may or may not have been applied (also when
+        no answer came within ``timeout``, default op_timeout)."""
+        return self._conditional(what, lambda: self._bound(cql, args), timeout)
 
     def batch(self, what: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[bool, Any]:
         """A conditional single-partition batch: (applied, the row returned)."""
@@ -294,12 +302,12 @@ class Client:
 
         return self._conditional(what, build)
 
-    def _conditional(self, what: str, build: Callable[[], Any]) -> tuple[bool, Any]:
+    def _conditional(self, what: str, build: Callable[[], Any], timeout: float | None = None) -> tuple[bool, Any]:
         self.round_trips += 1
         self.requests += 1
         apply_then_fail = self.fault(what) if self.fault is not None else False
         try:
-            row = self._session.session.execute(build()).one()
+            row = self._session.session.execute(build(), **({"timeout": timeout} if timeout else {})).one()
         except Exception as exc:
             if outcome_unknown(exc):
                 raise OutcomeUnknown(f"{what}: {type(exc).__name__}: {exc}") from exc

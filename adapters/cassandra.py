@@ -47,6 +47,16 @@ if there are none, adds its own row (TTL ``OPENER_TTL``, renewed by a thread
 of the opening process) and lets the lock go. A killed opener counts as open
 until its row expires.
 
+Node cache (``node_cache = yes``, volatile databases): ``_cassandra_ownership``
+is this adapter's side of the protocol. It needs layout ``buckets``
+(``node_volatile``: a partition per bucket, so that a record's process lock,
+a node's lock on it and its bucket's claim are decided by one LWT); the
+record lock statements above are the same there, with (db, bucket, k) as
+the key, and a take is also refused while a live node owns the record (that
+node is asked to hand it over). A generation's first opener chooses the
+layout (option ``layout``, by default ``buckets`` with node_cache, else
+``records``), kept in ``databases.layout``; later openers follow it.
+
 Client plumbing (sessions per process, errors, unknown outcomes): ``_cassandra_client``.
 """
 
@@ -59,23 +69,27 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
+from dbwrap_py.adapters import _cassandra_ownership as owning
+from dbwrap_py.errors import AdapterContractError, ConfigError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.nodecache.adapter import node_cache_mode
+from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.options import Options
 
 DEFAULT_LEASE = 10.0
+#: a volatile database's layouts: a partition per record, or per bucket (the node cache's)
+RECORDS, BUCKETS = "records", "buckets"
 #: seconds an opener's row lives unless renewed (renewed every third of it)
 OPENER_TTL = 10
 #: values remembered per open database as take's guess (the most recently used)
 SEEN_KEYS = 4096
-#: seconds a write's receipt outlives it: well past the SERIAL read that resolves its outcome
-RECEIPT_TTL = 300
+RECEIPT_TTL = cc.RECEIPT_TTL
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 
@@ -88,37 +102,55 @@ SCHEMA = (
        receipts map<text, bigint>, txn bigint static, txn_owner text static, seq bigint static,
        commits map<text, bigint> static,
        PRIMARY KEY (db, k))""",
-    "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint)",
+    "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint, layout text)",
+    # the node cache's layout (_cassandra_ownership): a bucket's records in one
+    # partition, its claim in static columns, so one LWT decides about a record
+    """CREATE TABLE IF NOT EXISTS {ks}.node_volatile (db text, bucket int, k blob, v blob, owner text,
+       "token" bigint, receipts map<text, bigint>, holder text, held bigint, detached bigint,
+       claim bigint static,
+       claimer text static, ver bigint static, PRIMARY KEY ((db, bucket), k))""",
+    "CREATE INDEX IF NOT EXISTS node_volatile_db ON {ks}.node_volatile (db)",
+    "CREATE TABLE IF NOT EXISTS {ks}.nodes (name text PRIMARY KEY, lease bigint)",
+    # polled by the owner's agent; deleted once served, so short-lived tombstones
+    """CREATE TABLE IF NOT EXISTS {ks}.requests (node text, db text, k blob, asked bigint,
+       PRIMARY KEY (node, db, k)) WITH gc_grace_seconds = 60""",
     "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
     "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",
 )
 _SCHEMA_DONE: set[cc.ClientConfig] = set()
 #: a ``databases`` row that is not there yet
-_NO_ROW = type("NoRow", (), {"opening": None, "generation": None})()
+_NO_ROW = type("NoRow", (), {"opening": None, "generation": None, "layout": None})()
 
 
-def _k(key: bytes) -> bytes:
-    """The stored key: a blob key may not be empty in Cassandra, a Samba key may."""
-    return b"/" + key
+_k = cc.stored_key
 
 
 class _Statements:
-    """The CQL of one table, formatted once."""
+    """The CQL of one table, formatted once. ``buckets``: the node cache's
+    layout (table node_volatile, partition (db, bucket)): a take also sets
+    ``ver`` (a claim is guarded on it) and is refused while a node holds the
+    record (``held``) or its bucket (``claim``, unless the key was detached
+    from that very claim): guessed values, as ``v``."""
 
-    def __init__(self, ks: str, table: str, persistent: bool, old_row: bool) -> None:
+    def __init__(self, ks: str, table: str, persistent: bool, old_row: bool, buckets: bool = False) -> None:
         t = f"{ks}.{table}"
+        where = "db = ? AND bucket = ? AND k = ?" if buckets else "db = ? AND k = ?"
         free = "txn = null AND " if persistent else ""
         # a server that returns the old row (ScyllaDB) needs no guess of the value
         guess = "" if old_row else " AND v = ?"
-        self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE db = ? AND k = ? '
-                     f'IF {free}"token" = null{guess}')
-        self.write = f'UPDATE {t} SET v = ? WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
-        self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE db = ? AND k = ? '
+        nodes = (" AND held = null AND holder = ? AND claim = ? AND claimer = ? AND detached = ?"
+                 if buckets else "")
+        ver = ", ver = ?" if buckets else ""
+        self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ?{ver} WHERE {where} '
+                     f'IF {free}"token" = null{nodes}{guess}')
+        self.write = f'UPDATE {t} SET v = ? WHERE {where} IF owner = ? AND "token" = ?'
+        self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE {where} '
                           f'IF owner = ? AND "token" = ?')
-        self.receipt = f"UPDATE {t} USING TTL {RECEIPT_TTL} SET receipts[?] = ? WHERE db = ? AND k = ?"
-        self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE db = ? AND k = ? IF owner = ? AND "token" = ?'
-        self.get = f"SELECT v FROM {t} WHERE db = ? AND k = ?"
-        self.serial = f'SELECT v, "token", receipts FROM {t} WHERE db = ? AND k = ?'
+        self.receipt = f"UPDATE {t} USING TTL {RECEIPT_TTL} SET receipts[?] = ? WHERE {where}"
+        self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE {where} IF owner = ? AND "token" = ?'
+        self.get = (f"SELECT v, held, claim, detached FROM {t} WHERE {where}" if buckets
+                    else f"SELECT v FROM {t} WHERE {where}")
+        self.serial = f'SELECT v, "token", receipts FROM {t} WHERE {where}'
         self.scan = f"SELECT k, v FROM {t} WHERE db = ?"  # a partition, or by the index on db
 
 
@@ -129,7 +161,7 @@ class CassandraAdapter(LeasedAdapter):
                "in a persistent database a record lock waits for another process's transaction; "
                "a transaction does not wait for record locks taken before it started",
                "a traverse of a volatile database reads its rows through a secondary index on db"))
-    option_names = (*LEASE_OPTIONS, *cc.OPTION_NAMES)
+    option_names = (*LEASE_OPTIONS, *cc.OPTION_NAMES, "layout", "request_poll")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.SERVER_TTL
     #: Cassandra purges an expired cell when it is read: no lag beyond the second
@@ -146,8 +178,6 @@ class CassandraAdapter(LeasedAdapter):
         self.name = spec.cluster_name
         #: ScyllaDB returns the old row from every conditional statement, applied or not
         self.old_row = cc.session_for(self.config).scylla_server
-        self.cql = _Statements(ks, "persistent" if spec.persistent else "volatile", spec.persistent,
-                               self.old_row)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         # the value last seen per key, take's guess; bounded, since a smbd
         # process lives long and locking.tdb's keys are every file it touched
@@ -159,8 +189,17 @@ class CassandraAdapter(LeasedAdapter):
         self._opener = 0
         self.generation = 0
         self.db = self.name  # the partition key's db: with the generation for a volatile database
+        self.node_cache_id = self.name.encode()
+        #: records (a partition per record) or buckets (the node cache's: a partition per bucket);
+        #: a volatile database's first opener of a generation chooses, later ones follow
+        self.layout = options.get_str("layout", BUCKETS if node_cache_mode(options) else RECORDS)
+        if self.layout not in (RECORDS, BUCKETS):
+            raise ConfigError(f"layout = {self.layout!r}: {RECORDS} or {BUCKETS}")
         if not spec.persistent:
             self._open_volatile()
+        self.buckets = not spec.persistent and self.layout == BUCKETS
+        table = "persistent" if spec.persistent else "node_volatile" if self.buckets else "volatile"
+        self.cql = _Statements(ks, table, spec.persistent, self.old_row, self.buckets)
 
     @property
     def round_trips(self) -> int:
@@ -172,8 +211,11 @@ class CassandraAdapter(LeasedAdapter):
         if self._txn is not None:
             return True, self._txn_get(key)
         guess = self._seen.get(key)
-        for _ in range(2):  # a wrong guess costs one more try
-            args = (int(seconds), self.owner, token, self.db, _k(key), *(() if self.old_row else (guess,)))
+        nodes = owning.NO_HOLD  # the node cache's guesses (layout buckets): nobody holds it
+        for _ in range(3):  # a wrong guess costs one more try
+            ver = (secrets.randbits(63),) if self.buckets else ()
+            args = (int(seconds), self.owner, token, *ver, *self._pk(key),
+                    *(nodes.guesses() if self.buckets else ()), *(() if self.old_row else (guess,)))
             try:
                 applied, row = self.client.lwt("lock", self.cql.take, args)
             except cc.OutcomeUnknown:
@@ -187,6 +229,15 @@ class CassandraAdapter(LeasedAdapter):
                 return True, guess
             if row.token is not None:
                 return False, None
+            if self.buckets:
+                nodes = owning.Hold.of(row)
+                if nodes.holds():
+                    ownership = self.ownership()
+                    owner = ownership.settle(key, nodes)
+                    if owner is not None:  # a live node: ask it, and wait as for a lock
+                        ownership.request_release(key, owner, 0)
+                        return False, None
+                    nodes = nodes.cleared()  # a dead node's hold, removed
             guess = row.v
             self._remember(key, guess)
         return False, None  # it changed between the tries: the caller tries again
@@ -204,7 +255,7 @@ class CassandraAdapter(LeasedAdapter):
             return True
         if value is KEEP:
             try:
-                self.client.lwt("unlock", self.cql.end, (self.db, _k(key), self.owner, token))
+                self.client.lwt("unlock", self.cql.end, (*self._pk(key), self.owner, token))
             except cc.OutcomeUnknown:
                 pass  # released or not: a lock of ours left behind ends with its TTL
             return True
@@ -216,8 +267,8 @@ class CassandraAdapter(LeasedAdapter):
         while True:
             try:
                 applied, _ = self.client.batch(what, [
-                    (cql, (value, self.db, _k(key), self.owner, token)),
-                    (self.cql.receipt, (self.owner, write_id, self.db, _k(key)))])
+                    (cql, (value, *self._pk(key), self.owner, token)),
+                    (self.cql.receipt, (self.owner, write_id, *self._pk(key)))])
                 break
             except cc.OutcomeUnknown:
                 _, holder, receipt = self._read_serial(key)
@@ -242,7 +293,7 @@ class CassandraAdapter(LeasedAdapter):
     def _read_serial(self, key: bytes) -> tuple[bytes | None, int | None, int | None]:
         """The record, its lock token and this process's last receipt for it,
         at SERIAL: any Paxos round in flight on it is finished first."""
-        rows = self.client.run("resolve", self.cql.serial, (self.db, _k(key)), serial=True)
+        rows = self.client.run("resolve", self.cql.serial, self._pk(key), serial=True)
         if not rows:
             return None, None, None
         return rows[0].v, rows[0].token, (rows[0].receipts or {}).get(self.owner)
@@ -252,10 +303,18 @@ class CassandraAdapter(LeasedAdapter):
     def get(self, key: bytes) -> bytes | None:
         if self._txn is not None:
             return self._txn_get(key)
-        rows = self.client.run("fetch", self.cql.get, (self.db, _k(key)))
+        rows = self.client.run("fetch", self.cql.get, self._pk(key))
+        if self.buckets and rows and owning.Hold.of(rows[0], read=True).holds():
+            value = self.lock_get(key)  # a node's copy is the newer: have it handed back, as a lock does
+            self.unlock(key)
+            return value
         value = rows[0].v if rows else None
         self._remember(key, value)
         return value
+
+    def _pk(self, key: bytes) -> tuple[Any, ...]:
+        """The record's primary key: its partition is the record, or its bucket (layout buckets)."""
+        return (self.db, bucket_of(key), _k(key)) if self.buckets else (self.db, _k(key))
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         rows = self.client.pages("traverse", self.cql.scan, (self.db,))
@@ -366,17 +425,17 @@ class CassandraAdapter(LeasedAdapter):
             time.sleep(pause * (0.5 + random.random()))
             pause = min(pause * 2, 0.25)
         try:
-            self.generation = self._open_row().generation or 0
+            row = self._open_row()
+            self.generation = row.generation or 0
             if self.spec.tdb_flags & TDB_CLEAR_IF_FIRST and not self.client.run(
                     "open", f"SELECT opener FROM {ks}.openers WHERE db = ? LIMIT 1", (self.name,)):
                 self.generation += 1
-                try:
-                    bumped, _ = self.client.lwt("open", f"UPDATE {ks}.databases SET generation = ? WHERE db = ? "
-                                                "IF opening = ?", (self.generation, self.name, lock))
-                except cc.OutcomeUnknown:
-                    bumped = self._open_row().generation == self.generation
-                if not bumped:
-                    raise Timeout(f"{self.name}: the open lock expired before the wipe (op_timeout)")
+                self._set_open_row("generation = ?, layout = ?", (self.generation, self.layout), lock,
+                                   lambda found: found.generation == self.generation)
+            elif row.layout is None:  # a database from before layouts, or opened without CLEAR_IF_FIRST
+                self._set_open_row("layout = ?", (self.layout,), lock, lambda found: found.layout == self.layout)
+            else:
+                self.layout = row.layout  # the generation's first opener chose it
                 if self._bump_seqnum:
                     self.client.run("open", f"UPDATE {ks}.seqnums SET n = n + 1 WHERE db = ?", (self.name,),
                                     idempotent=False)
@@ -387,10 +446,20 @@ class CassandraAdapter(LeasedAdapter):
         self.db = f"{self.name}:{self.generation}"
 
     def _open_row(self) -> Any:
-        """The database's row at SERIAL: ``opening`` (the open lock) and ``generation``."""
-        rows = self.client.run("open", f"SELECT opening, generation FROM {self.config.keyspace}.databases "
+        """The database's row at SERIAL: ``opening`` (the open lock), ``generation`` and ``layout``."""
+        rows = self.client.run("open", f"SELECT opening, generation, layout FROM {self.config.keyspace}.databases "
                                "WHERE db = ?", (self.name,), serial=True)
         return rows[0] if rows else _NO_ROW
+
+    def _set_open_row(self, assignments: str, args: tuple[Any, ...], lock: int, done: Any) -> None:
+        """Change the database's row while the open lock is still ours."""
+        try:
+            applied, _ = self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases SET {assignments} "
+                                         "WHERE db = ? IF opening = ?", (*args, self.name, lock))
+        except cc.OutcomeUnknown:
+            applied = done(self._open_row())
+        if not applied:
+            raise Timeout(f"{self.name}: the open lock expired before the open was done (op_timeout)")
 
     def _let_open_lock_go(self, lock: int, deadline: float) -> None:
         """Until it is known gone: a release lost in contention would keep
@@ -417,14 +486,53 @@ class CassandraAdapter(LeasedAdapter):
             _OPENERS.leave(self.config, self.name, self._opener)
             self._opener = 0
 
+    # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
+
+    @classmethod
+    def node_store(cls, options: Options) -> owning.CassandraNodeStore:
+        """The node agent's side (``dbwrap-py node-agent --adapter cassandra``)."""
+        op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
+        config = cc.ClientConfig.from_options(options, op_timeout, cls.dialect)
+        cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE)  # the agent may come before any database
+        return owning.CassandraNodeStore(config, options.get_float("request_poll", owning.REQUEST_POLL,
+                                                                   minimum=0.001))
+
+    def ownership(self) -> owning.CassandraOwnership:
+        """This database's ownership operations, on this database's client."""
+        if not self.buckets:
+            raise ConfigError(f"{self.name}: node_cache needs layout = {BUCKETS}, and this generation's "
+                              f"first opener chose {self.layout}: open it with node_cache (or layout = "
+                              f"{BUCKETS}) everywhere")
+        return owning.CassandraOwnership(self.client, self.name, self.generation, self.op_timeout)
+
+    @property
+    def wipe_revision(self) -> int:
+        """The node cache voids ownership tokens up to it."""
+        return owning.wipe_revision(self.generation)
+
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-node Cassandra, when no contact_points are given."""
+        """A one-node Cassandra, when no contact_points are given; with
+        node_cache, a node agent beside it."""
         if options.get("contact_points"):
             return None
-        from dbwrap_py.adapters._cassandra_server import throwaway_cluster
+        return _throwaway_cluster(options)
 
-        return throwaway_cluster()
+
+@contextmanager
+def _throwaway_cluster(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    from dbwrap_py.adapters._cassandra_server import throwaway_cluster
+    from dbwrap_py.nodecache.agent import NodeAgentProcess
+
+    with throwaway_cluster() as reach:
+        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+            yield reach
+            return
+        ours = {k: v for k, v in options.items() if k in CassandraAdapter.option_names}
+        # at least 3 s: a whole-second TTL grants a second less (_cassandra_ownership), and at 2 s
+        # the lease the agent publishes would lapse between its keepalives
+        with NodeAgentProcess("cassandra", {**ours, **reach}, ttl=max(CassandraAdapter.lease_for(ours), 3.0)) as agent:
+            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 
 class _Openers:

@@ -21,6 +21,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import FencedOut, Unavailable
 from dbwrap_py.nodecache.agent import NodeAgentProcess
+from dbwrap_py.options import Options
 
 from test_etcd import Child
 
@@ -150,7 +151,54 @@ def rados_backend() -> Iterator[RadosBackend]:
         yield RadosBackend(reach)
 
 
-BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados": rados_backend}
+class CassandraBackend:
+    """cassandra: a one-node throwaway Cassandra; ownership lives in the
+    bucket partitions of node_volatile. Every opener names layout=buckets:
+    a direct process that opened first would choose the per-record layout."""
+
+    adapter = "cassandra"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.reach = options
+
+    def options(self) -> dict[str, str]:
+        return {**self.reach, "lease": str(TTL), "op_timeout": "5", "layout": "buckets"}
+
+    @staticmethod
+    def round_trips(db: Database) -> int:
+        inner = getattr(db.adapter, "inner", db.adapter)
+        return inner.round_trips
+
+    def holdings(self, node: bytes) -> int:
+        """Record locks and bucket claims the node holds on a live lease, in every database."""
+        from dbwrap_py.adapters import _cassandra_client as cc
+        from dbwrap_py.adapters._cassandra_ownership import parse_holder
+
+        config = cc.ClientConfig.from_options(Options(self.options()), 5.0)
+        client = cc.Client(config)
+        ks = config.keyspace
+        leases = {r.name.encode(): r.lease for r in client.run("test", f"SELECT name, lease FROM {ks}.nodes")}
+        rows = client.run("test", f"SELECT db, bucket, k, holder, claimer FROM {ks}.node_volatile")  # small here
+
+        def ours(value: str | None) -> bool:
+            holder, lease = parse_holder(value)
+            return holder == node and leases.get(holder) == lease
+
+        locks = {(r.db, r.bucket, r.k) for r in rows if ours(r.holder)}
+        claims = {(r.db, r.bucket) for r in rows if ours(r.claimer)}
+        return len(locks) + len(claims)
+
+
+@contextmanager
+def cassandra_backend() -> Iterator[CassandraBackend]:
+    from dbwrap_py.adapters._cassandra_server import throwaway_cluster
+
+    with throwaway_cluster() as reach:
+        yield CassandraBackend(reach)
+
+
+BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados": rados_backend,
+            "cassandra": cassandra_backend}
 
 
 @pytest.fixture(scope="module", params=sorted(BACKENDS))

@@ -35,7 +35,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -117,7 +117,7 @@ test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-tort
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
 # configurations `make test` leaves out. `make soak-etcd` is separate (~30 min).
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-rados-cache test-torture-scylla
+	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -184,6 +184,10 @@ test-torture-rados-cache: all
 # The same suites with smbd's volatile databases on a throwaway Cassandra.
 test-torture-cassandra: all
 	$(VPY) -m dbwrap_py.cli torture --adapter cassandra
+
+# smbtorture on cassandra with the node cache (a throwaway node agent).
+test-torture-cassandra-cache: all
+	$(VPY) -m dbwrap_py.cli torture --adapter cassandra -o node_cache=yes
 
 # The scylla dialect (scylla-driver, its own venv) against the same throwaway
 # Cassandra: no ScyllaDB server can be had here.
@@ -263,13 +267,15 @@ bench-rados: all $(MICRO_BIN)
 		--json $(RESULTS)/bench-micro-rados-cache.json
 
 # cassandra (a throwaway one-node Cassandra) against native tdb, two paired
-# rounds per point; its memory and threads per smbd process; round trips
+# rounds per point, without and with the node cache; its memory and threads per smbd process; round trips
 # per dbwrap operation (bench micro). The consistency options and
 # paxos_variant, and LWTs under contention, are bench/cassandra_*.py.
 bench-cassandra: all $(MICRO_BIN)
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --adapters cassandra --nprocs 1,4,16,64 --time 8 --rounds 2 \
 		--json $(RESULTS)/bench-smb-cassandra.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters cassandra -o cassandra:node_cache=yes --nprocs 1,4,16,64 \
+		--time 8 --rounds 2 --json $(RESULTS)/bench-smb-cassandra-cache.json
 	$(VPY) -m dbwrap_py.cli bench memory --adapters cassandra --connections 1,16,64 \
 		--json $(RESULTS)/bench-memory-cassandra.json
 	$(VPY) -m dbwrap_py.cli bench micro --adapters cassandra --time 1 \

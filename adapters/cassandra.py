@@ -69,8 +69,8 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
@@ -519,20 +519,16 @@ class CassandraAdapter(LeasedAdapter):
         return _throwaway_cluster(options)
 
 
-@contextmanager
-def _throwaway_cluster(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+def _throwaway_cluster(options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]:
     from dbwrap_py.adapters._cassandra_server import throwaway_cluster
-    from dbwrap_py.nodecache.agent import NodeAgentProcess
+    from dbwrap_py.nodecache.agent import beside_throwaway_store
 
-    with throwaway_cluster() as reach:
-        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
-            yield reach
-            return
-        ours = {k: v for k, v in options.items() if k in CassandraAdapter.option_names}
-        # at least 3 s: a whole-second TTL grants a second less (_cassandra_ownership), and at 2 s
-        # the lease the agent publishes would lapse between its keepalives
-        with NodeAgentProcess("cassandra", {**ours, **reach}, ttl=max(CassandraAdapter.lease_for(ours), 3.0)) as agent:
-            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
+    # the agent's lease at least 3 s: a whole-second TTL grants a second less
+    # (_cassandra_ownership), and at 2 s the lease it publishes would lapse
+    # between its keepalives
+    ours = {k: v for k, v in options.items() if k in CassandraAdapter.option_names}
+    return beside_throwaway_store("cassandra", throwaway_cluster, options, CassandraAdapter.option_names,
+                                  ttl=max(CassandraAdapter.lease_for(ours), 3.0))
 
 
 class _Openers:

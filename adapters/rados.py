@@ -52,7 +52,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 
 import rados
 
@@ -61,7 +61,6 @@ from dbwrap_py.adapters import _rados_client as rc
 from dbwrap_py.adapters import _rados_ownership as owning
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
-from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import BUCKETS
 from dbwrap_py.options import Options
 
@@ -502,18 +501,13 @@ class RadosAdapter(LeasedAdapter):
         return _throwaway_cluster(options)
 
 
-@contextmanager
-def _throwaway_cluster(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+def _throwaway_cluster(options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]:
     from dbwrap_py.adapters._rados_server import throwaway_cluster
-    from dbwrap_py.nodecache.agent import NodeAgentProcess
+    from dbwrap_py.nodecache.agent import beside_throwaway_store
 
-    with throwaway_cluster() as reach:
-        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
-            yield reach
-            return
-        ours = {k: v for k, v in options.items() if k in RadosAdapter.option_names}
-        with NodeAgentProcess("rados", {**ours, **reach}, ttl=RadosAdapter.lease_for(ours)) as agent:
-            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
+    ours = {k: v for k, v in options.items() if k in RadosAdapter.option_names}
+    return beside_throwaway_store("rados", throwaway_cluster, options, RadosAdapter.option_names,
+                                  ttl=RadosAdapter.lease_for(ours))
 
 
 ADAPTER = RadosAdapter

@@ -32,7 +32,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -330,6 +331,25 @@ class NodeAgentProcess:
                 process.kill()
                 process.wait()
         self.process = None
+
+
+@contextmanager
+def beside_throwaway_store(adapter: str, store: Callable[[], AbstractContextManager[dict[str, str]]],
+                           options: Mapping[str, str], option_names: Sequence[str],
+                           ttl: float) -> Iterator[dict[str, str]]:
+    """A throwaway store (``store()``, yielding the options that reach it)
+    and, if ``options`` ask for the node cache and name no cache directory,
+    a node agent of ``adapter`` beside it (lease ``ttl``); yields the options
+    that reach both. For adapters' ``throwaway_server``."""
+    from dbwrap_py.nodecache.adapter import node_cache_mode
+
+    with store() as reach:
+        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+            yield reach
+            return
+        ours = {k: v for k, v in options.items() if k in option_names}
+        with NodeAgentProcess(adapter, {**ours, **reach}, ttl=ttl) as agent:
+            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ Record locks (dbwrap_py.leased builds lock, put, unlock on these): the cells
   holder whose TTL ran out writes nothing (FencedOut); write+unlock is one
   such statement. In the same conditional batch each leaves a receipt: the
   write's random id in ``receipts[<writer>]``, a cell of the record's row
-  with a TTL of its own (RECEIPT_TTL). The writer is this process, which
+  with a TTL of its own (cc.RECEIPT_TTL). The writer is this process, which
   holds the lock while it writes: the next holder writes a receipt of its
   own, not over ours.
 * an unknown outcome (``_cassandra_client``) is resolved by reading the row
@@ -89,7 +89,6 @@ RECORDS, BUCKETS = "records", "buckets"
 OPENER_TTL = 10
 #: values remembered per open database as take's guess (the most recently used)
 SEEN_KEYS = 4096
-RECEIPT_TTL = cc.RECEIPT_TTL
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
 
@@ -122,8 +121,6 @@ _SCHEMA_DONE: set[cc.ClientConfig] = set()
 _NO_ROW = type("NoRow", (), {"opening": None, "generation": None, "layout": None})()
 
 
-_k = cc.stored_key
-
 
 class _Statements:
     """The CQL of one table, formatted once. ``buckets``: the node cache's
@@ -146,7 +143,7 @@ class _Statements:
         self.write = f'UPDATE {t} SET v = ? WHERE {where} IF owner = ? AND "token" = ?'
         self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE {where} '
                           f'IF owner = ? AND "token" = ?')
-        self.receipt = f"UPDATE {t} USING TTL {RECEIPT_TTL} SET receipts[?] = ? WHERE {where}"
+        self.receipt = f"UPDATE {t} USING TTL {cc.RECEIPT_TTL} SET receipts[?] = ? WHERE {where}"
         self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE {where} IF owner = ? AND "token" = ?'
         self.get = (f"SELECT v, held, claim, detached FROM {t} WHERE {where}" if buckets
                     else f"SELECT v FROM {t} WHERE {where}")
@@ -314,7 +311,7 @@ class CassandraAdapter(LeasedAdapter):
 
     def _pk(self, key: bytes) -> tuple[Any, ...]:
         """The record's primary key: its partition is the record, or its bucket (layout buckets)."""
-        return (self.db, bucket_of(key), _k(key)) if self.buckets else (self.db, _k(key))
+        return (self.db, bucket_of(key), cc.stored_key(key)) if self.buckets else (self.db, cc.stored_key(key))
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         rows = self.client.pages("traverse", self.cql.scan, (self.db,))
@@ -363,7 +360,7 @@ class CassandraAdapter(LeasedAdapter):
         assert self._txn is not None
         if key in self._txn:
             return self._txn[key]
-        rows = self.client.run("fetch", self.cql.get, (self.db, _k(key)))
+        rows = self.client.run("fetch", self.cql.get, (self.db, cc.stored_key(key)))
         return rows[0].v if rows else None
 
     def transaction_commit(self) -> None:
@@ -371,11 +368,12 @@ class CassandraAdapter(LeasedAdapter):
         t = f"{self.config.keyspace}.persistent"
         commit_id = secrets.randbits(63)
         statements: list[tuple[str, Any]] = [
-            (f"UPDATE {t} SET v = ? WHERE db = ? AND k = ?", (v, self.db, _k(k))) for k, v in writes.items()]
+            (f"UPDATE {t} SET v = ? WHERE db = ? AND k = ?", (v, self.db, cc.stored_key(k)))
+            for k, v in writes.items()]
         statements.append((f"UPDATE {t} SET txn = null, txn_owner = null, seq = ? WHERE db = ? IF txn = ?",
                            (self._txn_seq + 1, self.db, token)))
         # the commit's receipt: the next transaction writes its own, not over ours
-        statements.append((f"UPDATE {t} USING TTL {RECEIPT_TTL} SET commits[?] = ? WHERE db = ?",
+        statements.append((f"UPDATE {t} USING TTL {cc.RECEIPT_TTL} SET commits[?] = ? WHERE db = ?",
                            (self.owner, commit_id, self.db)))
         try:
             applied, _ = self.client.batch("commit", statements)

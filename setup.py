@@ -51,6 +51,8 @@ setup(
         "dbwrap_py.conformance.broken",
         "dbwrap_py.nodecache",
         "dbwrap_py.servers",
+        "dbwrap_py.testing",
+        "dbwrap_py.testing.fdb_model",
     ],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
     ext_modules=[records, tdb, nodecache_fastpath],

@@ -1,0 +1,296 @@
+"""The server of the model of FoundationDB: one store shared by every client
+process, on a unix socket. A model, not FoundationDB: no replication, no
+durability, one process; what it does keep is the transaction semantics an
+adapter relies on.
+
+* **Versions.** A read version is the store's version clock, which advances
+  about 1,000,000 per second (as FoundationDB's does) and never goes back;
+  a commit gets a version above every read version handed out so far.
+* **MVCC.** Each key keeps its values by version for the last
+  ``too_old_seconds``; a read at a read version sees the store as of that
+  version.
+* **Optimistic conflicts.** A commit whose read-conflict ranges intersect
+  the write-conflict ranges of a transaction committed after its read
+  version fails with 1020 not_committed, and nothing of it is applied.
+* **transaction_too_old.** A read or commit at a read version older than
+  ``too_old_seconds`` (5 s, as FoundationDB's MVCC window) fails with 1007.
+* **Watches** wake when the key's value differs from the one the watcher saw.
+* **Injected faults** (``inject``): the next commits fail with 1021
+  commit_unknown_result, applied or not (as the real one: the client cannot
+  know), or with 1020.
+
+Run: ``python -m dbwrap_py.testing.fdb_model.server --socket PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import os
+import random
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dbwrap_py.testing.fdb_model import _wire
+
+#: FoundationDB's error codes that the server returns
+NOT_COMMITTED = 1020
+TRANSACTION_TOO_OLD = 1007
+COMMIT_UNKNOWN_RESULT = 1021
+#: how long one watch request blocks before the client asks again (so a
+#: cancelled watch's server thread ends)
+WATCH_SLICE = 1.0
+VERSIONS_PER_SECOND = 1_000_000
+
+Range = tuple[bytes, bytes]
+
+
+class ModelError(Exception):
+    """An FDB error code for the client to raise as FDBError."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _overlaps(a: Range, b: Range) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _add_le(old: bytes | None, param: bytes) -> bytes:
+    """FoundationDB's atomic ADD: little-endian, the width of ``param``."""
+    width = len(param)
+    current = int.from_bytes((old or b"")[:width].ljust(width, b"\0"), "little")
+    total = (current + int.from_bytes(param, "little")) % (1 << (8 * width))
+    return total.to_bytes(width, "little")
+
+
+class Store:
+    """The versioned key-value store and its conflict history."""
+
+    def __init__(self, too_old_seconds: float = 5.0) -> None:
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.keys: list[bytes] = []  # sorted, every key that has ever had a version
+        self.versions: dict[bytes, list[tuple[int, bytes | None]]] = {}
+        #: (commit version, write-conflict ranges) of commits inside the window
+        self.history: collections.deque[tuple[int, list[Range]]] = collections.deque()
+        self.committed = 0
+        self.handed = 0  # the highest read version given out
+        self.too_old_seconds = too_old_seconds
+        self._start = time.monotonic()
+        self.injected: collections.deque[tuple[str, str]] = collections.deque()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    # -- versions --------------------------------------------------------
+
+    def _clock(self) -> int:
+        return VERSIONS_PER_SECOND + int((time.monotonic() - self._start) * VERSIONS_PER_SECOND)
+
+    def _window(self) -> int:
+        return int(self.too_old_seconds * VERSIONS_PER_SECOND)
+
+    def read_version(self) -> int:
+        with self.lock:
+            version = max(self._clock(), self.committed)
+            self.handed = max(self.handed, version)
+            self.counts["grv"] += 1
+            return version
+
+    def _check_age(self, read_version: int) -> None:
+        if read_version < self._clock() - self._window():
+            self.counts["too_old"] += 1
+            raise ModelError(TRANSACTION_TOO_OLD)
+
+    # -- reads -----------------------------------------------------------
+
+    def _value_at(self, key: bytes, version: int) -> bytes | None:
+        for at, value in reversed(self.versions.get(key, ())):
+            if at <= version:
+                return value
+        return None
+
+    def get(self, read_version: int, key: bytes) -> bytes | None:
+        with self.lock:
+            self._check_age(read_version)
+            return self._value_at(key, read_version)
+
+    def get_range(self, read_version: int, begin: bytes, end: bytes, limit: int,
+                  reverse: bool) -> list[tuple[bytes, bytes]]:
+        with self.lock:
+            self._check_age(read_version)
+            keys = self.keys[bisect.bisect_left(self.keys, begin):bisect.bisect_left(self.keys, end)]
+            if reverse:
+                keys.reverse()
+            found = []
+            for key in keys:
+                value = self._value_at(key, read_version)
+                if value is not None:
+                    found.append((key, value))
+                    if limit and len(found) >= limit:
+                        break
+            return found
+
+    # -- commits ---------------------------------------------------------
+
+    def commit(self, read_version: int, reads: list[Range], writes: list[Range],
+               mutations: list[tuple[Any, ...]]) -> int:
+        with self.lock:
+            self._check_age(read_version)
+            fault = self.injected.popleft() if self.injected else None
+            if fault is not None and fault[0] == "not_committed":
+                self.counts["injected_not_committed"] += 1
+                raise ModelError(NOT_COMMITTED)
+            for version, written in self.history:
+                if version > read_version and any(_overlaps(r, w) for r in reads for w in written):
+                    self.counts["conflicts"] += 1
+                    raise ModelError(NOT_COMMITTED)
+            apply = fault is None or fault[1] == "applied" or (
+                fault[1] == "random" and random.random() < 0.5)
+            version = 0
+            if apply:
+                version = self._apply(writes, mutations)
+            if fault is not None:
+                self.counts["injected_unknown_applied" if apply else "injected_unknown_dropped"] += 1
+                raise ModelError(COMMIT_UNKNOWN_RESULT)
+            return version
+
+    def _apply(self, writes: list[Range], mutations: list[tuple[Any, ...]]) -> int:
+        version = max(self._clock(), self.committed + 1, self.handed + 1)
+        for mutation in mutations:
+            kind = mutation[0]
+            if kind == "set":
+                self._put(mutation[1], version, mutation[2])
+            elif kind == "clear":
+                self._put(mutation[1], version, None)
+            elif kind == "clear_range":
+                lo = bisect.bisect_left(self.keys, mutation[1])
+                hi = bisect.bisect_left(self.keys, mutation[2])
+                for key in self.keys[lo:hi]:
+                    if self._value_at(key, version) is not None:
+                        self._put(key, version, None)
+            elif kind == "add":
+                self._put(mutation[1], version, _add_le(self._value_at(mutation[1], version), mutation[2]))
+            else:
+                raise ModelError(2000)  # client_invalid_operation: a client bug
+        self.committed = version
+        self.history.append((version, writes))
+        cutoff = self._clock() - self._window()
+        while self.history and self.history[0][0] < cutoff:
+            self.history.popleft()
+        self.counts["commits"] += 1
+        self.changed.notify_all()
+        return version
+
+    def _put(self, key: bytes, version: int, value: bytes | None) -> None:
+        entries = self.versions.get(key)
+        if entries is None:
+            entries = self.versions[key] = []
+            bisect.insort(self.keys, key)
+        if entries and entries[-1][0] == version:  # a second mutation in one commit
+            entries[-1] = (version, value)
+        else:
+            entries.append((version, value))
+        # versions older than the window are unreadable (1007): keep only the last of them
+        cutoff = self._clock() - self._window()
+        while len(entries) > 1 and entries[1][0] <= cutoff:
+            del entries[0]
+
+    # -- watches ----------------------------------------------------------
+
+    def watch(self, key: bytes, seen: bytes | None, since: int) -> bool:
+        """True once ``key`` holds a value other than ``seen`` (written after
+        version ``since``); False after WATCH_SLICE, for the client to ask again."""
+        deadline = time.monotonic() + WATCH_SLICE
+        with self.changed:
+            while True:
+                entries = self.versions.get(key, ())
+                if any(at > since and value != seen for at, value in entries) or (
+                        self._value_at(key, 1 << 62) != seen):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(left)
+
+    # -- control (tests) ---------------------------------------------------
+
+    def inject(self, kind: str, count: int, outcome: str) -> None:
+        """The next ``count`` commits fail with ``kind``: "unknown" (1021;
+        ``outcome`` applied, dropped or random) or "not_committed" (1020)."""
+        if kind not in ("unknown", "not_committed") or outcome not in ("applied", "dropped", "random"):
+            raise ModelError(2006)  # invalid_option_value
+        with self.lock:
+            self.injected.extend([(kind, outcome)] * count)
+
+    def configure(self, too_old_seconds: float) -> None:
+        with self.lock:
+            self.too_old_seconds = too_old_seconds
+
+    def stats(self) -> dict[str, int]:
+        with self.lock:
+            return {**self.counts, "keys": len(self.keys), "version": max(self._clock(), self.committed)}
+
+
+def _handler(store: Store) -> type[socketserver.BaseRequestHandler]:
+    ops: dict[str, Callable[..., Any]] = {
+        "grv": store.read_version, "get": store.get, "get_range": store.get_range,
+        "commit": store.commit, "watch": store.watch, "inject": store.inject,
+        "configure": store.configure, "stats": store.stats,
+    }
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            sock: socket.socket = self.request
+            while True:
+                try:
+                    op, *args = _wire.receive(sock)
+                except (ConnectionError, OSError, EOFError, ValueError):
+                    return
+                try:
+                    reply: tuple[str, Any] = ("ok", ops[op](*args))
+                except ModelError as exc:
+                    reply = ("err", exc.code)
+                except (KeyError, TypeError):
+                    reply = ("err", 2000)  # client_invalid_operation
+                try:
+                    _wire.send(sock, reply)
+                except OSError:
+                    return
+
+    return Handler
+
+
+class ModelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve(path: str, too_old_seconds: float = 5.0) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
+    old = os.umask(0o077)  # only this user's processes may reach the store
+    try:
+        server = ModelServer(path, _handler(Store(too_old_seconds)))
+    finally:
+        os.umask(old)
+    print(f"model of FoundationDB serving on {path}", flush=True)
+    server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the model of FoundationDB's transactions (for tests)")
+    parser.add_argument("--socket", required=True, help="unix socket path to serve on")
+    parser.add_argument("--too-old-seconds", type=float, default=5.0,
+                        help="MVCC window: older read versions get 1007 transaction_too_old")
+    args = parser.parse_args(argv)
+    serve(args.socket, args.too_old_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -632,6 +632,10 @@ class Control:
         applied / dropped / random) or "not_committed" (1020)."""
         self._ask("inject", kind, count, outcome)
 
+    def inject_rate(self, kind: str, probability: float, outcome: str = "random") -> None:
+        """From now on each commit fails with ``kind`` with ``probability`` (0 stops it)."""
+        self._ask("inject_rate", kind, float(probability), outcome)
+
     def set_too_old_seconds(self, seconds: float) -> None:
         self._ask("configure", seconds)
 

@@ -85,6 +85,8 @@ class Store:
         self.too_old_seconds = too_old_seconds
         self._start = time.monotonic()
         self.injected: collections.deque[tuple[str, str]] = collections.deque()
+        #: kind -> (probability per commit, outcome): a storm rather than a count
+        self.rates: dict[str, tuple[float, str]] = {}
         self.counts: collections.Counter[str] = collections.Counter()
 
     # -- versions --------------------------------------------------------
@@ -142,14 +144,18 @@ class Store:
                mutations: list[tuple[Any, ...]]) -> int:
         with self.lock:
             self._check_age(read_version)
-            fault = self.injected.popleft() if self.injected else None
-            if fault is not None and fault[0] == "not_committed":
-                self.counts["injected_not_committed"] += 1
-                raise ModelError(NOT_COMMITTED)
             for version, written in self.history:
                 if version > read_version and any(_overlaps(r, w) for r in reads for w in written):
                     self.counts["conflicts"] += 1
                     raise ModelError(NOT_COMMITTED)
+            # a fault goes to the next commit that would have succeeded
+            fault = self.injected.popleft() if self.injected else None
+            for kind, (probability, outcome) in self.rates.items():
+                if fault is None and random.random() < probability:
+                    fault = (kind, outcome)
+            if fault is not None and fault[0] == "not_committed":
+                self.counts["injected_not_committed"] += 1
+                raise ModelError(NOT_COMMITTED)
             apply = fault is None or fault[1] == "applied" or (
                 fault[1] == "random" and random.random() < 0.5)
             version = 0
@@ -228,6 +234,16 @@ class Store:
         with self.lock:
             self.injected.extend([(kind, outcome)] * count)
 
+    def inject_rate(self, kind: str, probability: float, outcome: str) -> None:
+        """Each commit that would succeed fails with ``kind`` with this
+        probability (0 stops it); a retry is as likely to be hit as the first try."""
+        self.inject(kind, 0, outcome)  # validates
+        with self.lock:
+            if probability > 0:
+                self.rates[kind] = (probability, outcome)
+            else:
+                self.rates.pop(kind, None)
+
     def configure(self, too_old_seconds: float) -> None:
         with self.lock:
             self.too_old_seconds = too_old_seconds
@@ -241,6 +257,7 @@ def _handler(store: Store) -> type[socketserver.BaseRequestHandler]:
     ops: dict[str, Callable[..., Any]] = {
         "grv": store.read_version, "get": store.get, "get_range": store.get_range,
         "commit": store.commit, "watch": store.watch, "inject": store.inject,
+        "inject_rate": store.inject_rate,
         "configure": store.configure, "stats": store.stats,
     }
 

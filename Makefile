@@ -50,7 +50,7 @@ $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard ad
                    $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
-	$(VPY) -m pip install -q --no-build-isolation -e '.[cassandra]'
+	$(VPY) -m pip install -q --no-build-isolation -e '.[cassandra,fdb]'
 	$(VPY) -m pip install -q -r tests/requirements.txt
 	@touch $@
 

@@ -58,8 +58,11 @@ setup(
     ext_modules=[records, tdb, nodecache_fastpath],
     # an adapter's client library, where it is not Debian's (rados): one
     # extra each, since scylla-driver and cassandra-driver install the same
-    # package `cassandra` and cannot share a venv
-    extras_require={"cassandra": ["cassandra-driver==3.30.1"], "scylla": ["scylla-driver==3.29.12"]},
+    # package `cassandra` and cannot share a venv. foundationdb is the fdb
+    # adapter's binding (imported as fdb); it needs FoundationDB's own
+    # libfdb_c at run time, pinned to the same 7.3 client
+    extras_require={"cassandra": ["cassandra-driver==3.30.1"], "scylla": ["scylla-driver==3.29.12"],
+                    "fdb": ["foundationdb==7.3.63"]},
     entry_points={
         "console_scripts": ["dbwrap-py = dbwrap_py.cli:main"],
         # the conformance checks for an adapter's own CI (conformance_tests())
@@ -67,7 +70,7 @@ setup(
         # short names for dbwrap_py:module; a third-party package adds its own
         "dbwrap_py.adapters": [
             f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
-            for name in ("cassandra", "etcd", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
+            for name in ("cassandra", "etcd", "fdb", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
         ],
     },
 )

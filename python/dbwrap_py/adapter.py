@@ -215,6 +215,15 @@ class Adapter(abc.ABC):
         return cls.capabilities
 
     @classmethod
+    def target_label(cls, name: str, options: Mapping[str, str]) -> str:
+        """How tables and charts name this adapter run with ``options``.
+
+        Override when an option changes what is measured, so that a result
+        is never shown under a name it did not earn (``fdb (model)``).
+        """
+        return name
+
+    @classmethod
     def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
         """The backend's own request counters (name -> total so far), for the
         benchmarks to report requests per SMB2 open+close. Optional."""

@@ -145,7 +145,8 @@ def run_suite(
         proc = subprocess.run(args, capture_output=True, text=True, env=env,
                               timeout=SUITE_TIMEOUT_SECONDS)
         log = proc.stderr + _agent_log(options)
-    run = SuiteRun(adapter or "native tdb", caps, _parse(proc.stdout), log)
+    target = find_adapter(adapter).target_label(adapter, options) if adapter else "native tdb"
+    run = SuiteRun(target, caps, _parse(proc.stdout), log)
     if proc.returncode != 0:
         raise ConfigError(f"dbwrap_check exited {proc.returncode}: {proc.stderr.strip()}")
     return run

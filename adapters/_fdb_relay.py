@@ -1,0 +1,142 @@
+"""A relay for a process forked after its parent started FoundationDB's
+network thread.
+
+That thread cannot be used in the child (fork() copied none of it) nor
+started again there (libfdb_c allows one per process image). So such a
+child runs its database operations in a relay: a fresh interpreter started
+with exec (``python -m dbwrap_py.adapters._fdb_relay``), which opens its own
+store and network and answers calls on its stdin and stdout, one
+length-prefixed ``marshal`` frame each way. It ends when the child closes
+the pipe (or dies: the pipe closes with it).
+
+``RelayStore`` is the child's side: the same methods as ``FdbStore``.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import struct
+import subprocess
+import sys
+from typing import IO, TYPE_CHECKING, Any
+
+from dbwrap_py import errors
+from dbwrap_py.errors import DbwrapError, Unavailable
+from dbwrap_py.servers import dying_with_parent
+
+if TYPE_CHECKING:
+    from dbwrap_py.adapters.fdb import StoreArgs
+
+_HEADER = struct.Struct(">I")
+#: the FdbStore methods a relay answers
+METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release", "get", "scan_page",
+                     "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close"})
+
+
+def _send(stream: IO[bytes], message: Any) -> None:
+    body = marshal.dumps(message)
+    stream.write(_HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (length,) = _HEADER.unpack(header)
+    return marshal.loads(stream.read(length))
+
+
+class RelayStore:
+    """FdbStore's methods, run in a relay process of this process's own."""
+
+    def __init__(self, args: StoreArgs) -> None:
+        self._pid = os.getpid()
+        try:
+            self._process = subprocess.Popen(
+                dying_with_parent([sys.executable, "-m", "dbwrap_py.adapters._fdb_relay"]),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as exc:
+            raise Unavailable(f"FoundationDB relay process could not start: {exc}") from exc
+        self._call("open", dict(args))
+
+    def _call(self, method: str, *args: Any) -> Any:
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            _send(process.stdin, (method, args))
+            status, result = _receive(process.stdout)
+        except (OSError, EOFError, ValueError) as exc:
+            raise Unavailable(f"FoundationDB relay process gone ({exc!r})") from exc
+        if status == "ok":
+            return result
+        kind, message = result
+        error = getattr(errors, kind, None)
+        if isinstance(error, type) and issubclass(error, DbwrapError):
+            raise error(message)
+        raise Unavailable(f"FoundationDB relay: {kind}: {message}")
+
+    def __getattr__(self, method: str) -> Any:
+        if method not in METHODS:
+            raise AttributeError(method)
+        return lambda *args: self._call(method, *args)
+
+    def scan_page(self, after: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        records, following = self._call("scan_page", after, limit)
+        return [tuple(r) for r in records], following  # type: ignore[misc]
+
+    def take_lease(self, *args: Any) -> tuple[bool, bytes | None]:
+        return tuple(self._call("take_lease", *args))  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if os.getpid() != self._pid or self._process.poll() is not None:
+            return
+        try:
+            self._call("close")
+        except Unavailable:
+            pass
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """The relay's side: open the store, then answer calls until EOF."""
+    from dbwrap_py.adapters import _fdb_library as library
+    from dbwrap_py.adapters.fdb import open_store
+
+    store = None
+    while True:
+        try:
+            method, args = _receive(stdin)
+        except EOFError:
+            break
+        try:
+            if method == "open":
+                (given,) = args
+                store = open_store(library.load(given["library"], given["api_version"]), given)
+                result: Any = None
+            elif method in METHODS and store is not None:
+                result = getattr(store, method)(*args)
+            else:
+                raise Unavailable(f"relay: no method {method!r} (or no store yet)")
+            reply: tuple[str, Any] = ("ok", result)
+        except DbwrapError as exc:
+            reply = ("err", (type(exc).__name__, str(exc)))
+        except Exception as exc:  # reported to the caller, which raises it as Unavailable
+            reply = ("err", (type(exc).__name__, str(exc)))
+        _send(stdout, reply)
+    if store is not None:
+        store.close()
+
+
+if __name__ == "__main__":
+    # the frames own stdout: anything printed would corrupt them
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, out)

@@ -1,0 +1,327 @@
+"""fdb: Samba's databases in FoundationDB, on the real ``fdb`` Python API
+(PyPI ``foundationdb``), as a user with a cluster runs it: ``fdb.api_version(N)``,
+then ``fdb.open(cluster_file)``.
+
+Not run against FoundationDB here: no fdbserver or libfdb_c.so can be
+installed on this machine. ``fdb_library = model`` runs the same code on
+``dbwrap_py.testing.fdb_model``, a model of FoundationDB's transactions;
+results there are labelled ``fdb (model)``. That option only chooses which
+module is imported: nothing else here knows about the model.
+
+Layout, record locks, fencing, value chunks and receipts: ``_fdb_store``.
+In short: a record lock is a key holding (token, expiry read version), taken
+in one transaction with the read of the record (lock_get); every locked write
+reads the lock key, so a holder whose lock was taken over cannot commit; a
+write and its unlock are one transaction (put_unlock). A waiter waits on a
+``watch`` of the lock key, up to the holder's remaining lease (in the
+cluster's versions), not by polling. Expiry is judged in read versions, never
+a client's clock. Values over 100,000 bytes are split across keys in one
+transaction. A commit that ends in 1021 commit_unknown_result is retried
+only if its receipt says it did not land.
+
+Fork: libfdb_c's network thread starts once per process and does not
+survive fork(). It is started lazily, on a process's first operation, never
+at open (smbd's parent opens the databases, then forks). A child forked
+after its parent started it does not touch it: it runs its operations in a
+relay process of its own (``_fdb_relay``: a fresh interpreter, started with
+exec, with a network of its own).
+
+Persistent databases' transactions: a transaction lock key (``t``) that
+record lockers respect, writes buffered in the process, and one FoundationDB
+transaction at commit, within its 10,000,000-byte limit (InvalidParameter,
+with the size, beyond it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from types import ModuleType
+from typing import TypedDict
+
+from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters._fdb_relay import RelayStore
+from dbwrap_py.adapters._fdb_store import FdbStore
+from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported, Timeout, Unavailable
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.options import Options
+from dbwrap_py.servers import ServerError
+
+DEFAULT_LEASE = 2.0
+DEFAULT_PREFIX = "dbwrap_py"
+DEFAULT_PAGE_SIZE = 500
+#: where fdb.open looks without a cluster file (Linux packages)
+DEFAULT_CLUSTER_FILE = "/etc/foundationdb/fdb.cluster"
+#: one value; a locked write is one transaction, and FoundationDB's limit is 10,000,000 bytes
+MAX_VALUE_SIZE = 4 * 1024 * 1024
+MODEL_NOTE = ("fdb_library = model: the model of FoundationDB (dbwrap_py.testing.fdb_model), "
+              "not FoundationDB; label results 'fdb (model)'")
+
+
+class StoreArgs(TypedDict):
+    """What a process needs to open a database's store (it crosses to a relay)."""
+
+    library: str
+    api_version: int
+    cluster_file: str | None
+    prefix: bytes
+    db: bytes
+    volatile: bool
+    timeout_ms: int
+    retry_limit: int
+
+
+class _Txn:
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.writes: dict[bytes, bytes | None] = {}  # None: delete
+        self.renewed = time.monotonic()
+
+
+class FdbAdapter(LeasedAdapter):
+    """One Samba database in FoundationDB (see the module docstring)."""
+
+    capabilities = Capabilities(
+        transactions=True,
+        lock_release_seconds=DEFAULT_LEASE,
+        max_value_size=MAX_VALUE_SIZE,
+        notes=("values over 100,000 bytes are split across keys, written in one transaction",
+               "a persistent database's transaction commits at most 10,000,000 bytes"),
+    )
+    option_names = (*LEASE_OPTIONS, "fdb_library", "cluster_file", "api_version", "prefix",
+                    "transaction_timeout", "retry_limit", "page_size")
+    default_lease = DEFAULT_LEASE
+    lease_source = LeaseSource.STORE_CLOCK
+
+    def __init__(self, spec: DatabaseSpec, options: Options) -> None:
+        super().__init__(spec, options)
+        self.library = options.get_str("fdb_library", "real").strip().lower()
+        self.api_version = options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13)
+        self.cluster_file = options.get_str("cluster_file", "") or None  # None: fdb's default
+        prefix = options.get_str("prefix", DEFAULT_PREFIX)
+        if not prefix:
+            raise ConfigError("option prefix must not be empty")
+        self.prefix = prefix.encode()
+        #: per FoundationDB transaction, retries included (fdb's transaction timeout option)
+        self.transaction_timeout = options.get_float("transaction_timeout", 5.0, minimum=0.0)
+        self.retry_limit = options.get_int("retry_limit", 100, minimum=-1)
+        self.page_size = options.get_int("page_size", DEFAULT_PAGE_SIZE, minimum=1)
+        # selects the API version and loads libfdb_c now, so a missing library fails the
+        # open with its name; the network thread is not started here (see the docstring)
+        self.fdb = library.load(self.library, self.api_version)
+        self.capabilities = self.declared_capabilities(options)
+        self._store_pid = -1
+        self._store: FdbStore | RelayStore | None = None
+        self._txn: _Txn | None = None
+        self._closed = False
+
+    # -- the store of this process -------------------------------------------
+
+    def store(self) -> FdbStore | RelayStore:
+        if self._store is not None and self._store_pid == os.getpid():
+            return self._store
+        if self._closed:
+            raise Unavailable("the database is closed")
+        args = self.store_arguments()
+        if library.started_elsewhere() is not None:
+            store: FdbStore | RelayStore = RelayStore(args)  # our inherited network is not ours
+        else:
+            store = open_store(self.fdb, args)
+        self._store, self._store_pid = store, os.getpid()
+        return store
+
+    def store_arguments(self) -> StoreArgs:
+        """What a process needs to open this database's store (a relay gets it too)."""
+        return {"library": self.library, "api_version": self.api_version,
+                "cluster_file": self.cluster_file, "prefix": self.prefix,
+                "db": self.spec.cluster_name.encode(), "volatile": not self.spec.persistent,
+                "timeout_ms": int(self.transaction_timeout * 1000), "retry_limit": self.retry_limit}
+
+    # -- the primitives (dbwrap_py.leased) ----------------------------------------
+
+    def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
+        if self._txn is not None:  # our transaction lock already excludes every other writer
+            return True, (self.get(key) if read else None)
+        return self.store().take_lease(key, token, seconds, read)
+
+    def wait_for_release(self, key: bytes, pause: float) -> None:
+        self.store().wait_for_release(key, pause, self.op_timeout)
+
+    def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
+        if self._txn is not None:
+            self._txn_write(key, value)
+            return True
+        return self.store().fenced_write(key, token, value, False)
+
+    def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
+        if self._txn is not None:
+            if not isinstance(value, Keep):
+                self._txn_write(key, value)
+            return True
+        if isinstance(value, Keep):
+            self.store().release(key, token)
+            return True
+        return self.store().fenced_write(key, token, value, True)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        txn = self._txn
+        if txn is not None and key in txn.writes:
+            return txn.writes[key]
+        return self.store().get(key)
+
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        pending = dict(self._txn.writes) if self._txn is not None else {}
+        after: bytes | None = None
+        while True:
+            records, after = self.store().scan_page(after, self.page_size)
+            for key, value in records:
+                if key in pending:
+                    newer = pending.pop(key)
+                    if newer is not None:
+                        yield key, newer
+                else:
+                    yield key, value
+            if after is None:
+                break
+        for key, newer in pending.items():
+            if newer is not None:
+                yield key, newer
+
+    def seqnum(self) -> int:
+        return self.store().seqnum()
+
+    def wipe(self) -> None:
+        if self._txn is not None:
+            for key, _ in list(self.scan()):
+                self._txn.writes[key] = None
+            return
+        self.store().wipe()
+
+    def db_id(self) -> bytes:
+        return self.prefix + b"\0" + self.spec.cluster_name.encode()
+
+    # -- transactions (persistent databases) -------------------------------------------
+
+    def transaction_start(self, nonblock: bool = False) -> None:
+        if self._txn is not None:
+            raise NotSupported("a transaction is already running")
+        store = self.store()
+        token = secrets.randbits(63)
+        deadline = time.monotonic() + self.op_timeout
+        while not store.take_txn_lock(token, self.lease_seconds, set(self._tokens.values())):
+            if nonblock:
+                raise LockConflict("another process holds the transaction lock or a record lock")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout(f"transaction lock not granted within {self.op_timeout:g} s")
+            store.wait_for_release(None, 0.01, left)  # the watch on what refused us
+        self._txn = _Txn(token)
+
+    def _txn_write(self, key: bytes, value: bytes | None) -> None:
+        txn = self._txn
+        assert txn is not None
+        self._renew_txn(txn)
+        txn.writes[key] = value
+
+    def _renew_txn(self, txn: _Txn) -> None:
+        """Keep the transaction lock's lease alive while the transaction runs."""
+        if time.monotonic() - txn.renewed > self.lease_seconds / 3:
+            if not self.store().take_txn_lock(txn.token, self.lease_seconds, set(self._tokens.values())):
+                raise FencedOut("lost the transaction lock (its lease ran out)")
+            txn.renewed = time.monotonic()
+
+    def transaction_commit(self) -> None:
+        txn = self._txn
+        if txn is None:
+            raise NotSupported("transaction_commit without a transaction")
+        self._txn = None
+        if not self.store().commit_txn(txn.token, txn.writes):
+            raise FencedOut("lost the transaction lock (its lease ran out) before commit; nothing was written")
+
+    def transaction_cancel(self) -> None:
+        txn = self._txn
+        if txn is None:
+            raise NotSupported("transaction_cancel without a transaction")
+        self._txn = None
+        self.store().release_txn_lock(txn.token)
+
+    # -- process lifecycle -----------------------------------------------------------
+
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._txn = None
+        self._store = None  # the parent's: never closed or used here
+        self._store_pid = -1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._store is not None and self._store_pid == os.getpid():
+            self._store.close()
+        self._store = None
+
+    # -- for the conformance suite and the benchmarks -------------------------------------
+
+    @classmethod
+    def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
+        caps = super().declared_capabilities(options)
+        notes = (*caps.notes, "record lock expiry is judged in FoundationDB read versions")
+        if Options(dict(options)).get_str("fdb_library", "real").strip().lower() == "model":
+            notes = (MODEL_NOTE, *notes)
+        return dataclasses.replace(caps, notes=notes)
+
+    @classmethod
+    def target_label(cls, name: str, options: Mapping[str, str]) -> str:
+        model = Options(dict(options)).get_str("fdb_library", "real").strip().lower() == "model"
+        return f"{name} (model)" if model else name
+
+    @classmethod
+    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """With fdb_library = model and no cluster_file: a model server for the
+        run. A real cluster is never started here: with fdb_library = real,
+        None when a cluster file is given or fdb's default one exists, and
+        otherwise ServerError (so the suite and the benchmarks skip with the
+        reason instead of failing every check)."""
+        kind = options.get("fdb_library", "real").strip().lower()
+        if options.get("cluster_file"):
+            return None
+        if kind == "model":
+            return _throwaway_model()
+        default = os.environ.get("FDB_CLUSTER_FILE") or DEFAULT_CLUSTER_FILE
+        if not os.path.exists(default):
+            raise ServerError(f"no FoundationDB cluster: give -o cluster_file=... ({default} does not "
+                              "exist; a FoundationDB server cannot be started here), or "
+                              "-o fdb_library=model for the model of FoundationDB")
+        return None
+
+
+def open_store(fdb: ModuleType, args: StoreArgs) -> FdbStore:
+    """This process's store: fdb.open (the network starts here, once), then
+    the database's keys; a volatile database joins its openers."""
+    db = library.open_database(fdb, args["library"], args["cluster_file"])
+    if args["timeout_ms"]:
+        db.options.set_transaction_timeout(args["timeout_ms"])
+    db.options.set_transaction_retry_limit(args["retry_limit"])
+    store = FdbStore(fdb, db, args["prefix"], args["db"], args["volatile"])
+    if store.volatile:
+        store.join_openers()
+    return store
+
+
+@contextmanager
+def _throwaway_model() -> Iterator[dict[str, str]]:
+    from dbwrap_py.testing.fdb_model.throwaway import model_server
+
+    with model_server() as cluster_file:
+        yield {"cluster_file": str(cluster_file)}
+
+
+ADAPTER = FdbAdapter

@@ -1,0 +1,202 @@
+"""The fdb adapter, run on the model of FoundationDB (``fdb_library = model``):
+what the conformance suite does not look at. These are results of
+``fdb (model)``, not of FoundationDB, which cannot run on this machine.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dbwrap_py.testing.fdb_model as fdb_model
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.database import Database, open_database
+from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter
+from dbwrap_py.testing.fdb_model.throwaway import model_server
+
+
+@pytest.fixture(scope="module")
+def cluster_file() -> Iterator[Path]:
+    with model_server() as path:
+        yield path
+
+
+def open_fdb(cluster_file: Path, name: str, volatile: bool = True, extra: tuple[str, ...] = ()) -> Database:
+    return open_database(name, 0, TDB_CLEAR_IF_FIRST if volatile else 0, os.O_RDWR | os.O_CREAT, 0o600,
+                         0, 0, "fdb", ["fdb_library=model", f"cluster_file={cluster_file}", *extra])
+
+
+def test_real_library_missing_refuses_the_open_naming_it(tmp_path: Path) -> None:
+    if ctypes.util.find_library("fdb_c"):
+        pytest.skip("libfdb_c is installed here: the missing-library path cannot be shown")
+    with pytest.raises(ConfigError, match=r"libfdb_c\.so"):
+        open_database(str(tmp_path / "real.tdb"), 0, 0, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                      ["fdb_library=real", f"cluster_file={tmp_path / 'fdb.cluster'}"])
+
+
+OPEN_THEN_USE = """
+import os, sys
+from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.database import open_database
+db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + sys.argv[1]])
+print("after open:", library._network_pid)
+db.adapter.get(b"k")
+print("after use:", library._network_pid == os.getpid())
+"""
+
+
+def test_opening_starts_no_network_the_first_operation_does(cluster_file: Path, tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", OPEN_THEN_USE, str(cluster_file), str(tmp_path / "lazy.tdb")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines() == ["after open: None", "after use: True"]
+
+
+def test_a_child_forked_after_the_network_started_uses_a_relay(cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "fork.tdb"))
+    adapter = db.adapter
+    adapter.lock_get(b"k")
+    adapter.put_unlock(b"k", b"parent")  # the network now runs in this process
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:  # what the inherited network would do here: the model refuses, as libfdb_c cannot serve
+                fdb_model.open(str(cluster_file)).create_transaction().get(b"x").wait()
+            except fdb_model.FDBError as exc:
+                assert exc.code == 2008
+            else:
+                raise AssertionError("the model let a forked child use its parent's network")
+            assert type(adapter.store()).__name__ == "RelayStore"
+            assert adapter.lock_get(b"k") == b"parent"
+            adapter.put_unlock(b"k", b"child")
+            adapter.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert adapter.get(b"k") == b"child"
+    db.close()
+
+
+def test_a_1_mib_value_is_split_into_chunks_and_reassembled(cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "big.tdb"))
+    adapter = db.adapter
+    value = os.urandom(1024 * 1024)
+    adapter.lock(b"big")
+    adapter.put(b"big", value)
+    assert adapter.get(b"big") == value
+    store = adapter.store()
+    begin, end = store.record_range(b"big")
+    tr = fdb_model.open(str(cluster_file)).create_transaction()
+    chunks = tr.get_range(begin, end)
+    assert len(chunks) == 11 and all(len(kv.value) <= 100_000 for kv in chunks)
+    adapter.put_unlock(b"big", b"small")  # a shorter value leaves no stale chunk behind
+    assert adapter.get(b"big") == b"small"
+    assert len(fdb_model.open(str(cluster_file)).create_transaction().get_range(begin, end)) == 1
+    db.close()
+
+
+INCREMENTS = """
+import os, sys
+from dbwrap_py.database import open_database
+db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + sys.argv[1]])
+adapter = db.adapter
+for _ in range(int(sys.argv[3])):
+    value = adapter.lock_get(b"counter")
+    adapter.put_unlock(b"counter", str(int(value or b"0") + 1).encode())
+"""
+
+
+def test_injected_unknown_results_and_conflicts_lose_and_double_no_increment(
+        cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "counter.tdb")
+    db = open_fdb(cluster_file, name)  # the first opener: later ones must not wipe
+    control = fdb_model.Control(str(cluster_file))
+    before = control.stats()
+    # a storm: each commit, retries included, fails with 1021 (applied or not) or 1020
+    control.inject_rate("unknown", 0.2, outcome="random")
+    control.inject_rate("not_committed", 0.1)
+    try:
+        children = [subprocess.Popen([sys.executable, "-c", INCREMENTS, str(cluster_file), name, "40"])
+                    for _ in range(3)]
+        assert [child.wait(timeout=240) for child in children] == [0, 0, 0]
+    finally:
+        control.inject_rate("unknown", 0)
+        control.inject_rate("not_committed", 0)
+    after = control.stats()
+    control.close()
+    assert db.adapter.get(b"counter") == b"120"
+    for kind in ("injected_unknown_applied", "injected_unknown_dropped", "injected_not_committed"):
+        assert after.get(kind, 0) - before.get(kind, 0) >= 5, f"too few {kind} to show anything"
+    db.close()
+
+
+def test_a_transaction_over_10_mb_fails_clearly_and_writes_nothing(cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "persistent.tdb"), volatile=False)
+    adapter = db.adapter
+    adapter.transaction_start()
+    for i in range(3):
+        key = b"part%d" % i
+        adapter.lock(key)
+        adapter.put(key, b"x" * (4 * 1024 * 1024))
+        adapter.unlock(key)
+    with pytest.raises(InvalidParameter, match="10,000,000"):
+        adapter.transaction_commit()
+    assert list(adapter.scan()) == []
+    adapter.transaction_start(nonblock=True)  # the transaction lock was let go
+    adapter.lock(b"small")
+    adapter.put(b"small", b"fits")
+    adapter.unlock(b"small")
+    adapter.transaction_commit()
+    assert adapter.get(b"small") == b"fits"
+    db.close()
+
+
+def test_a_waiter_sleeps_on_a_watch_until_the_release(cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "watch.tdb")
+    holder = open_fdb(cluster_file, name).adapter
+    waiter = open_fdb(cluster_file, name).adapter
+    holder.lock(b"k")
+    store = waiter.store()
+    tries = []
+    take = store.take_lease
+
+    def counted(*args, **kwargs):
+        tries.append(time.monotonic())
+        return take(*args, **kwargs)
+
+    store.take_lease = counted
+    released = []
+    timer = threading.Timer(1.0, lambda: (holder.unlock(b"k"), released.append(time.monotonic())))
+    timer.start()
+    waiter.lock(b"k")
+    got = time.monotonic()
+    timer.join()
+    assert released and got - released[0] < 0.3, "the waiter did not wake at the release"
+    assert len(tries) <= 3, f"{len(tries)} tries in 1 s: polling, not a watch"
+    waiter.unlock(b"k")
+
+
+def test_a_holder_whose_lease_ran_out_and_was_taken_over_is_fenced(cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "fence.tdb")
+    stale = open_fdb(cluster_file, name, extra=("lease=0.3",)).adapter
+    fresh = open_fdb(cluster_file, name, extra=("lease=0.3",)).adapter
+    stale.lock(b"k")
+    time.sleep(0.5)  # its lease ends in the store's read versions
+    fresh.lock(b"k")
+    fresh.put(b"k", b"new holder")
+    with pytest.raises(FencedOut):
+        stale.put(b"k", b"stale holder")
+    fresh.unlock(b"k")
+    assert fresh.get(b"k") == b"new holder"

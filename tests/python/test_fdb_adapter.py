@@ -200,3 +200,33 @@ def test_a_holder_whose_lease_ran_out_and_was_taken_over_is_fenced(cluster_file:
         stale.put(b"k", b"stale holder")
     fresh.unlock(b"k")
     assert fresh.get(b"k") == b"new holder"
+
+
+def test_a_traverse_longer_than_the_transaction_limit_pages_across_transactions(
+        cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "long.tdb"), extra=("page_size=3",))
+    adapter = db.adapter
+    keys = [b"r%02d" % i for i in range(12)]
+    for key in keys:
+        adapter.lock(key)
+        adapter.put(key, key * 30_000)  # 90 kB: one chunk each, 3 records a page
+        adapter.unlock(key)
+    control = fdb_model.Control(str(cluster_file))
+    control.set_too_old_seconds(0.3)
+    try:
+        seen = []
+        for key, value in adapter.scan():  # 12 x 0.1 s: far past one transaction's life
+            assert value == key * 30_000
+            seen.append(key)
+            time.sleep(0.1)
+        tr = fdb_model.open(str(cluster_file)).create_transaction()
+        tr.get(b"x").wait()
+        time.sleep(0.4)
+        with pytest.raises(fdb_model.FDBError) as old:  # so one transaction would not have lasted
+            tr.get(b"x").wait()
+        assert old.value.code == 1007
+    finally:
+        control.set_too_old_seconds(5.0)
+        control.close()
+    assert sorted(seen) == keys
+    db.close()

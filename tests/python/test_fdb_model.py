@@ -235,9 +235,15 @@ def test_retry_limit_and_timeout_options(db: fdb.Database, control: fdb.Control)
     tr.on_error(1020).wait()
     assert code_of(lambda: tr.on_error(1020).wait()) == 1020
     slow = db.create_transaction()
-    slow.options.set_timeout(100)
+    slow.options.set_timeout(300)
+    slow.get(b"x").wait()
     time.sleep(0.2)
+    slow.on_error(1020).wait()  # a retry does not restart the timeout
+    time.sleep(0.15)
     assert code_of(lambda: slow.get(b"x").wait()) == 1031
+    assert code_of(lambda: slow.on_error(1031).wait()) == 1031, "1031 is not retryable"
+    slow.reset()  # reset does
+    slow.get(b"x").wait()
 
 
 def test_a_child_forked_after_the_network_started_cannot_use_it(

@@ -353,13 +353,13 @@ class Transaction(_Read):
         self._retry_limit = db._retry_limit
         self.options = _Options(self)
         self.snapshot = _Read(self, snapshot=True)
+        self._started = time.monotonic()  # the timeout runs across on_error's retries, as the real one
         self._fresh()
 
     def _fresh(self) -> None:
         for _, pending in getattr(self, "_watches", ()):
             pending._finish(error=FDBError(1025))  # never armed: the transaction went away
         self._rv: int | None = None
-        self._started = time.monotonic()
         self._reads: list[tuple[bytes, bytes]] = []
         self._write_ranges: list[tuple[bytes, bytes]] = []
         self._mutations: list[tuple[Any, ...]] = []
@@ -543,6 +543,7 @@ class Transaction(_Read):
 
     def reset(self) -> None:
         self._retries = 0
+        self._started = time.monotonic()
         self._fresh()
 
     def cancel(self) -> None:

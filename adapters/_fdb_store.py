@@ -75,6 +75,13 @@ def decode(encoded: bytes) -> tuple[bytes, bytes]:
             return bytes(out), encoded[j + 2:]
 
 
+def value_of(future: Any) -> bytes | None:
+    """A ``tr.get`` result's bytes, or None for a missing key. (fdb's Value:
+    ``wait()`` returns the Value itself, never None; ``present()`` tells.)"""
+    value = future.wait()
+    return bytes(value.value) if value.present() else None
+
+
 def prefix_end(prefix: bytes) -> bytes:
     """The first key after every key starting with ``prefix``."""
     stripped = prefix.rstrip(b"\xff")
@@ -172,12 +179,11 @@ class FdbStore:
         tr.add(self.seq_key, _ONE)
 
     def _lock_state(self, tr: Any, key: bytes) -> tuple[int, int]:
-        raw = tr.get(key).wait()
-        return _LOCK.unpack(bytes(raw)) if raw is not None else (0, 0)
+        raw = value_of(tr.get(key))
+        return _LOCK.unpack(raw) if raw is not None else (0, 0)
 
     def _receipt_says(self, tr: Any, write_id: bytes) -> bool:
-        seen = tr.get(self.receipt).wait()
-        return seen is not None and bytes(seen) == write_id
+        return value_of(tr.get(self.receipt)) == write_id
 
     # -- record locks (dbwrap_py.leased's primitives) ------------------------------
 
@@ -303,8 +309,8 @@ class FdbStore:
 
     def seqnum(self) -> int:
         def body(tr: Any, _: bool) -> int:
-            raw = tr.snapshot.get(self.seq_key).wait()
-            return int.from_bytes(bytes(raw), "little") if raw is not None else 0
+            raw = value_of(tr.snapshot.get(self.seq_key))
+            return int.from_bytes(raw, "little") if raw is not None else 0
 
         return self.run("seqnum", body)
 

@@ -65,7 +65,7 @@ def write(db: fdb.Database, key: bytes, value: bytes | None) -> None:
 
 
 def read(db: fdb.Database, key: bytes) -> bytes | None:
-    return db.create_transaction().get(key).wait()
+    return db.create_transaction().get(key).wait().value
 
 
 def test_a_commit_whose_read_was_overwritten_is_refused(db: fdb.Database) -> None:
@@ -82,6 +82,15 @@ def test_a_commit_whose_read_was_overwritten_is_refused(db: fdb.Database) -> Non
             assert read(db, target) == b"written"
             write(db, target, None)
     assert read(db, target) is None, "the refused commit left a write behind"
+
+
+def test_a_read_gives_a_value_future_as_the_real_binding(db: fdb.Database) -> None:
+    key = unique("value")
+    missing = db.create_transaction().get(key).wait()
+    assert missing is not None and not missing.present() and missing.value is None  # never None itself
+    write(db, key, b"here")
+    found = db.create_transaction().get(key).wait()
+    assert found.present() and found == b"here" and bytes(found) == b"here"
 
 
 def test_snapshot_reads_add_no_read_conflict(db: fdb.Database) -> None:
@@ -121,7 +130,7 @@ key = sys.argv[2].encode()
 
 @fdb.transactional
 def increment(tr):
-    value = tr.get(key).wait()
+    value = tr.get(key).wait().value
     tr.set(key, str(int(value or b"0") + 1).encode())
 
 for _ in range(int(sys.argv[3])):

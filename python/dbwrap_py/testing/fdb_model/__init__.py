@@ -21,6 +21,7 @@ from dbwrap_py.testing.fdb_model.client import (
     Future,
     KeyValue,
     Transaction,
+    Value,
     api_version,
     get_api_version,
     is_api_version_selected,
@@ -30,6 +31,6 @@ from dbwrap_py.testing.fdb_model.client import (
 )
 
 __all__ = [
-    "LATEST_API_VERSION", "Control", "Database", "FDBError", "Future", "KeyValue", "Transaction",
+    "LATEST_API_VERSION", "Control", "Database", "FDBError", "Future", "KeyValue", "Transaction", "Value",
     "api_version", "get_api_version", "is_api_version_selected", "open", "predicates", "transactional",
 ]

@@ -236,6 +236,38 @@ class Future:
         self._finish(error=FDBError(1101))
 
 
+class Value(Future):
+    """``tr.get``'s result, as the real binding's: ``wait()`` returns the
+    future itself, not the bytes; ``.value`` is the bytes or None, and
+    ``present()`` says which. It compares equal to its bytes."""
+
+    def __init__(self, value: bytes | None) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def wait(self) -> "Value":  # type: ignore[override]
+        return self
+
+    def present(self) -> bool:
+        return self.value is not None
+
+    def __bytes__(self) -> bytes:
+        if self.value is None:
+            raise TypeError("the key is not present")
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return self.value == (other.value if isinstance(other, Value) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 class _Watch(Future):
     """Ready when the key no longer holds what the watching transaction saw.
     Armed at that transaction's commit; then a thread of its own asks the
@@ -291,7 +323,7 @@ class _Read:
     def get_read_version(self) -> Future:
         return Future(self._tr._read_version())
 
-    def get(self, key: bytes) -> Future:
+    def get(self, key: bytes) -> Value:
         tr = self._tr
         key = bytes(key)
         tr._use()
@@ -301,9 +333,9 @@ class _Read:
         if not known:
             value = _call(tr._path, "get", tr._read_version(), key)
             value = tr._overlay_value(key, value)
-        return Future(value)
+        return Value(value)
 
-    def __getitem__(self, key: bytes) -> Future:
+    def __getitem__(self, key: bytes) -> Value:
         return self.get(key)
 
     def get_range(self, begin: bytes, end: bytes, limit: int = 0, reverse: bool = False,
@@ -524,7 +556,7 @@ class Transaction(_Read):
         since = self._committed_version if self._committed_version > 0 else self._read_version()
         watches, self._watches = self._watches, []
         for key, future in watches:
-            future.arm(self.snapshot.get(key).wait(), since)
+            future.arm(self.snapshot.get(key).value, since)
         return Future(None)
 
     def get_committed_version(self) -> int:
@@ -563,7 +595,7 @@ class Database:
         _check_process()
         return Transaction(self)
 
-    def __getitem__(self, key: bytes) -> bytes | None:
+    def __getitem__(self, key: bytes) -> Value:
         return _get(self, key)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
@@ -601,7 +633,7 @@ def transactional(func: Callable[..., Any] | None = None, *, parameter: str = "t
 
 
 @transactional
-def _get(tr: Transaction, key: bytes) -> bytes | None:
+def _get(tr: Transaction, key: bytes) -> Value:
     return tr.get(key).wait()
 
 

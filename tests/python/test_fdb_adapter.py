@@ -230,3 +230,33 @@ def test_a_traverse_longer_than_the_transaction_limit_pages_across_transactions(
         control.close()
     assert sorted(seen) == keys
     db.close()
+
+
+@pytest.mark.parametrize("outcome", ["applied", "dropped"])
+def test_a_transaction_commit_that_got_1021_lands_exactly_once(
+        cluster_file: Path, tmp_path: Path, outcome: str) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / f"txn-{outcome}.tdb"), volatile=False)
+    adapter = db.adapter
+    adapter.transaction_start()
+    adapter.lock(b"k")
+    adapter.put(b"k", b"committed")
+    adapter.unlock(b"k")
+    control = fdb_model.Control(str(cluster_file))
+    control.inject("unknown", count=1, outcome=outcome)
+    stats = control.stats()
+    adapter.transaction_commit()  # neither FencedOut (it landed) nor lost (it did not)
+    assert control.stats()[f"injected_unknown_{outcome}"] == stats.get(f"injected_unknown_{outcome}", 0) + 1
+    control.close()
+    assert adapter.get(b"k") == b"committed"
+    adapter.transaction_start(nonblock=True)  # and the transaction lock is free
+    adapter.transaction_cancel()
+    db.close()
+
+
+def test_keys_over_foundationdbs_limit_are_refused_clearly(cluster_file: Path, tmp_path: Path) -> None:
+    adapter = open_fdb(cluster_file, str(tmp_path / "keys.tdb")).adapter
+    adapter.lock(b"k" * 9_900)  # fits with the prefix
+    adapter.put(b"k" * 9_900, b"v")
+    adapter.unlock(b"k" * 9_900)
+    with pytest.raises(InvalidParameter, match="10000 bytes"):
+        adapter.lock(b"k" * 10_000)

@@ -94,7 +94,7 @@ def fdb_error_to_dbwrap(exc: Exception, what: str) -> DbwrapError:
     if code == 2101:
         return InvalidParameter(f"{what}: over FoundationDB's 10,000,000-byte transaction limit ({exc})")
     if code in (2102, 2103):
-        return InvalidParameter(f"{what}: {exc} (FoundationDB: keys up to 10,000 bytes)")
+        return InvalidParameter(f"{what}: {exc} (FoundationDB: keys up to 10,000 bytes, values up to 100,000)")
     if code in (1031, 1020, 1007, 1037, 1213):
         return Timeout(f"{what}: {exc} (retries exhausted)")
     return Unavailable(f"{what}: FoundationDB error: {exc}")
@@ -335,8 +335,8 @@ class FdbStore:
             for kv in tr.get_range(self.locks, prefix_end(self.locks)):
                 other, other_expiry = _LOCK.unpack(bytes(kv.value))
                 if other not in our_locks and other_expiry > version:
-                    self._watches[None] = (tr.watch(bytes(kv.key)),
-                                               (other_expiry - version) / VERSIONS_PER_SECOND)
+                    left = (other_expiry - version) / VERSIONS_PER_SECOND
+                    self._watches[None] = (tr.watch(bytes(kv.key)), left)
                     return False
             tr.set(self.txn_key, _LOCK.pack(token, version + int(seconds * VERSIONS_PER_SECOND)))
             return True
@@ -419,8 +419,13 @@ class FdbStore:
         self._closing.set()
         for key in list(self._watches):
             self._drop_watch(key)
-        if self.volatile and self._renewer is not None:
-            try:
-                self.run("close", lambda tr, _: tr.clear(self.openers + self.owner))
-            except DbwrapError:
-                pass  # it expires
+
+        def body(tr: Any, _: bool) -> None:
+            tr.clear(self.receipt)  # no write of ours is in doubt any more
+            if self._renewer is not None:
+                tr.clear(self.openers + self.owner)
+
+        try:
+            self.run("close", body)
+        except DbwrapError:
+            pass  # the opener expires; a receipt of a dead process stays (16 bytes)

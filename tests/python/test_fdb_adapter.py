@@ -260,3 +260,25 @@ def test_keys_over_foundationdbs_limit_are_refused_clearly(cluster_file: Path, t
     adapter.unlock(b"k" * 9_900)
     with pytest.raises(InvalidParameter, match="10000 bytes"):
         adapter.lock(b"k" * 10_000)
+
+
+def test_results_on_the_model_are_labelled_fdb_model_everywhere() -> None:
+    from dbwrap_py.bench.smb import Backend
+    from dbwrap_py.bench.targets import display_name
+    from dbwrap_py.registry import find_adapter
+
+    model = {"fdb_library": "model"}
+    assert display_name("fdb", model) == "fdb (model)"
+    assert display_name("fdb", {"fdb_library": "real"}) == "fdb"
+    assert display_name("native", {}) == "native" and display_name("tdb", {}) == "tdb"
+    assert Backend("fdb", model).label == "bridge+fdb (model)"
+    notes = find_adapter("fdb").declared_capabilities(model).notes
+    assert any("model of FoundationDB" in note and "not FoundationDB" in note for note in notes)
+
+
+def test_the_conformance_table_names_the_model() -> None:
+    from dbwrap_py.conformance import run_suite
+
+    run = run_suite("fdb", {"fdb_library": "model"}, only=["kv.values"])
+    assert run.target == "fdb (model)"
+    assert [r.result for r in run.results] == ["pass"], run.log

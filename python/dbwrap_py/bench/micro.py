@@ -17,7 +17,7 @@ import json
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 NATIVE = "native"
@@ -93,11 +93,16 @@ def run(binary: Path, backends: Sequence[str], options: Mapping[str, Mapping[str
         on_backend: Callable[[str], None] = lambda _: None,
         on_error: Callable[[str, str], None] = lambda *_: None) -> list[MicroResult]:
     """Every backend in turn; one that fails is reported and left out."""
+    from dbwrap_py.bench.targets import display_name
+
     results: list[MicroResult] = []
     for backend in backends:
         on_backend(backend)
+        given = options.get(backend, {})
         try:
-            results += run_backend(binary, backend, options.get(backend, {}), max_ops, seconds, keys)
+            label = display_name(backend, given)  # e.g. fdb (model): never shown as the real thing
+            results += [replace(r, backend=label) for r in
+                        run_backend(binary, backend, given, max_ops, seconds, keys)]
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
             on_error(backend, str(exc))
     return results

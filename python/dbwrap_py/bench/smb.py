@@ -138,7 +138,9 @@ class Backend:
 
     @property
     def label(self) -> str:
-        return NATIVE if self.adapter is None else f"bridge+{self.adapter}"
+        from dbwrap_py.bench.targets import display_name
+
+        return NATIVE if self.adapter is None else f"bridge+{display_name(self.adapter, self.options)}"
 
     def counters(self) -> dict[str, int]:
         """The backend's own request counters (none for native tdb)."""

@@ -34,6 +34,16 @@ def landed_adapters(multi_process_only: bool = False) -> list[str]:
     return sorted(names, key=lambda n: (n != "tdb", n))
 
 
+def display_name(adapter: str, options: Mapping[str, str]) -> str:
+    """How results of ``adapter`` run with ``options`` are labelled: its
+    ``target_label`` (``fdb (model)`` on the model of FoundationDB), or the
+    name itself for what is not an adapter (``native``)."""
+    try:
+        return find_adapter(adapter).target_label(adapter, options)
+    except DbwrapError:
+        return adapter
+
+
 def parse_adapters(text: str, multi_process_only: bool = False) -> list[str]:
     """``auto`` (every landed adapter) or a comma list; ``native`` is dropped
     (native tdb is always measured as the reference)."""

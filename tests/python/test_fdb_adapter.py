@@ -282,3 +282,35 @@ def test_the_conformance_table_names_the_model() -> None:
     run = run_suite("fdb", {"fdb_library": "model"}, only=["kv.values"])
     assert run.target == "fdb (model)"
     assert [r.result for r in run.results] == ["pass"], run.log
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie its new parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_relay_ends_with_the_child_that_started_it(cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "relay.tdb"))
+    db.adapter.get(b"k")  # the network runs here: a child needs a relay
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            db.adapter.get(b"k")
+            os.write(write_end, str(db.adapter.store()._process.pid).encode())
+            code = 0
+        finally:
+            os._exit(code)  # no close: the relay must notice on its own
+    os.close(write_end)
+    relay = int(os.read(read_end, 32))
+    os.close(read_end)
+    assert os.waitpid(pid, 0)[1] == 0
+    deadline = time.monotonic() + 10
+    while not exited(relay) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exited(relay), "the relay outlived its child"
+    db.close()

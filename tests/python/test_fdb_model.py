@@ -269,3 +269,20 @@ def test_a_child_forked_after_the_network_started_cannot_use_it(
         finally:
             os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_keys_deleted_before_the_window_are_forgotten() -> None:
+    from dbwrap_py.testing.fdb_model.server import SWEEP_EVERY, Store
+
+    store = Store(too_old_seconds=0.05)
+    keep = [("set", b"kept", b"v")]
+    store.commit(store.read_version(), [], [(b"kept", b"kept\0")], keep)
+    for i in range(50):
+        key = b"gone%02d" % i
+        store.commit(store.read_version(), [], [(key, key + b"\0")], [("set", key, b"x")])
+        store.commit(store.read_version(), [], [(key, key + b"\0")], [("clear", key)])
+    time.sleep(0.1)
+    while store.counts["commits"] % SWEEP_EVERY:
+        store.commit(store.read_version(), [], [(b"kept", b"kept\0")], keep)
+    assert store.keys == [b"kept"]
+    assert store.get(store.read_version(), b"kept") == b"v"

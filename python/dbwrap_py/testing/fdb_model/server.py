@@ -46,6 +46,8 @@ COMMIT_UNKNOWN_RESULT = 1021
 #: cancelled watch's server thread ends)
 WATCH_SLICE = 1.0
 VERSIONS_PER_SECOND = 1_000_000
+#: commits between sweeps of keys deleted long ago (memory stays bounded)
+SWEEP_EVERY = 1000
 
 Range = tuple[bytes, bytes]
 
@@ -190,8 +192,19 @@ class Store:
         while self.history and self.history[0][0] < cutoff:
             self.history.popleft()
         self.counts["commits"] += 1
+        if self.counts["commits"] % SWEEP_EVERY == 0:
+            self._sweep(cutoff)
         self.changed.notify_all()
         return version
+
+    def _sweep(self, cutoff: int) -> None:
+        """Forget keys deleted before the window: no read can see them any more."""
+        gone = {key for key, entries in self.versions.items()
+                if entries[-1][1] is None and entries[-1][0] <= cutoff}
+        if gone:
+            for key in gone:
+                del self.versions[key]
+            self.keys = [key for key in self.keys if key not in gone]
 
     def _put(self, key: bytes, version: int, value: bytes | None) -> None:
         entries = self.versions.get(key)

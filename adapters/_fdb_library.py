@@ -68,6 +68,11 @@ def started_elsewhere() -> int | None:
     return pid if pid is not None and pid != os.getpid() else None
 
 
+def network_here() -> bool:
+    """This process started the network (so it may use it)."""
+    return _network_pid == os.getpid()
+
+
 def open_database(module: ModuleType, kind: str, cluster_file: str | None) -> Any:
     """``fdb.open(cluster_file)`` in this process, which starts the network
     here the first time. Never call it where ``started_elsewhere()``."""

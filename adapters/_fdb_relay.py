@@ -34,13 +34,13 @@ METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release"
                      "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close"})
 
 
-def _send(stream: IO[bytes], message: Any) -> None:
+def send(stream: IO[bytes], message: Any) -> None:
     body = marshal.dumps(message)
     stream.write(_HEADER.pack(len(body)) + body)
     stream.flush()
 
 
-def _receive(stream: IO[bytes]) -> Any:
+def receive(stream: IO[bytes]) -> Any:
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         raise EOFError
@@ -65,8 +65,8 @@ class RelayStore:
         process = self._process
         assert process.stdin is not None and process.stdout is not None
         try:
-            _send(process.stdin, (method, args))
-            status, result = _receive(process.stdout)
+            send(process.stdin, (method, args))
+            status, result = receive(process.stdout)
         except (OSError, EOFError, ValueError) as exc:
             raise Unavailable(f"FoundationDB relay process gone ({exc!r})") from exc
         if status == "ok":
@@ -113,7 +113,7 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     store = None
     while True:
         try:
-            method, args = _receive(stdin)
+            method, args = receive(stdin)
         except EOFError:
             break
         try:
@@ -130,7 +130,7 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
             reply = ("err", (type(exc).__name__, str(exc)))
         except Exception as exc:  # reported to the caller, which raises it as Unavailable
             reply = ("err", (type(exc).__name__, str(exc)))
-        _send(stdout, reply)
+        send(stdout, reply)
     if store is not None:
         store.close()
 

@@ -21,7 +21,9 @@ Keys, under ``<prefix>\\0<db>\\0`` (``<db>`` is DatabaseSpec.cluster_name):
   this write's id, the write landed and is not repeated; if not, it did
   not, and the retry does it. No write is lost or done twice.
 * ``o<owner>``: a volatile database's openers (TDB_CLEAR_IF_FIRST), each
-  with an expiry read version that a thread of its process renews.
+  with an expiry read version that a thread of its process (or its opener
+  keeper, ``_fdb_keeper``) renews.
+* ``w``: the read version of the last CLEAR_IF_FIRST wipe.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class FdbStore:
     """One database in one process (see the module docstring)."""
 
     def __init__(self, fdb: ModuleType, database: Any, prefix: bytes, db_name: bytes,
-                 volatile: bool) -> None:
+                 volatile: bool, opener_ttl: float = OPENER_TTL) -> None:
         self.fdb = fdb
         self.db = database
         base = prefix + b"\0" + db_name + b"\0"
@@ -116,8 +118,13 @@ class FdbStore:
         self.openers = base + b"o"
         self.owner = secrets.token_bytes(16)  # this process's id for receipts and openers
         self.receipt = base + b"r" + self.owner
+        self.wipe_key = base + b"w"
         self.volatile = volatile
+        self.opener_ttl = opener_ttl
         self.wiped = False
+        #: the read version of the last CLEAR_IF_FIRST wipe (the node cache voids tokens up to it)
+        self.wipe_revision = 0
+        self._joined = False
         #: record key (None: the transaction lock) -> (watch, seconds its holder has left)
         self._watches: dict[bytes | None, tuple[Any, float]] = {}
         self._renewer: threading.Thread | None = None
@@ -385,33 +392,46 @@ class FdbStore:
     # -- TDB_CLEAR_IF_FIRST -----------------------------------------------------------------
 
     def join_openers(self) -> None:
-        """Add this process to the openers; wipe first if no live one is left."""
+        """Add this store's owner to the openers; wipe first if no live one is left."""
 
-        def body(tr: Any, _: bool) -> bool:
+        def body(tr: Any, _: bool) -> tuple[bool, int]:
             version = tr.get_read_version().wait()
             live = [kv for kv in tr.get_range(self.openers, prefix_end(self.openers))
                     if _LOCK.unpack(bytes(kv.value))[1] > version]
-            wiped = not live
-            if wiped:
-                for sub in (self.data, self.locks, self.openers):
-                    tr.clear_range(sub, prefix_end(sub))
-                tr.add(self.seq_key, _ONE)
-            tr.set(self.openers + self.owner, _LOCK.pack(0, version + int(OPENER_TTL * VERSIONS_PER_SECOND)))
-            return wiped
+            if live:
+                self._set_opener(tr, version)
+                raw = value_of(tr.snapshot.get(self.wipe_key))
+                return False, int.from_bytes(raw, "big") if raw is not None else 0
+            for sub in (self.data, self.locks, self.openers):
+                tr.clear_range(sub, prefix_end(sub))
+            self._set_opener(tr, version)
+            tr.set(self.wipe_key, version.to_bytes(8, "big"))
+            tr.add(self.seq_key, _ONE)
+            return True, version
 
-        self.wiped = self.run("open (TDB_CLEAR_IF_FIRST)", body)
+        self.wiped, self.wipe_revision = self.run("open (TDB_CLEAR_IF_FIRST)", body)
+        self._joined = True
+
+    def _set_opener(self, tr: Any, version: int) -> None:
+        tr.set(self.openers + self.owner, _LOCK.pack(0, version + int(self.opener_ttl * VERSIONS_PER_SECOND)))
+
+    def renew_opener(self) -> None:
+        def body(tr: Any, _: bool) -> None:
+            if value_of(tr.get(self.openers + self.owner)) is not None:  # not after close() cleared it
+                self._set_opener(tr, tr.get_read_version().wait())
+
+        self.run("opener renewal", body)
+
+    def keep_renewing(self) -> None:
+        """Renew this process's opener key from a thread of its own while it lives."""
         self._renewer = threading.Thread(target=self._renew_opener, daemon=True, name="fdb-opener")
         self._renewer.start()
 
     def _renew_opener(self) -> None:
         pid = os.getpid()
-        while not self._closing.wait(OPENER_TTL / 3) and os.getpid() == pid:
-            def body(tr: Any, _: bool) -> None:
-                version = tr.get_read_version().wait()
-                tr.set(self.openers + self.owner,
-                       _LOCK.pack(0, version + int(OPENER_TTL * VERSIONS_PER_SECOND)))
+        while not self._closing.wait(self.opener_ttl / 3) and os.getpid() == pid:
             try:
-                self.run("opener renewal", body)
+                self.renew_opener()
             except DbwrapError:
                 pass  # tried again next time; the expiry has room for two misses
 
@@ -422,7 +442,7 @@ class FdbStore:
 
         def body(tr: Any, _: bool) -> None:
             tr.clear(self.receipt)  # no write of ours is in doubt any more
-            if self._renewer is not None:
+            if self._joined:
                 tr.clear(self.openers + self.owner)
 
         try:

@@ -26,6 +26,12 @@ after its parent started it does not touch it: it runs its operations in a
 relay process of its own (``_fdb_relay``: a fresh interpreter, started with
 exec, with a network of its own).
 
+TDB_CLEAR_IF_FIRST, as tdb: a volatile database is wiped at open when no
+process that opened it lives. A process whose network runs joins the openers
+at open; one without (smbd's parent) has its opener keeper join for it
+(``_fdb_keeper``: one exec'd process per such process, renewing its opener
+keys while it lives), so opening never starts the network.
+
 Persistent databases' transactions: a transaction lock key (``t``) that
 record lockers respect, writes buffered in the process, and one FoundationDB
 transaction at commit, within its 10,000,000-byte limit (InvalidParameter,
@@ -45,6 +51,8 @@ from typing import TypedDict
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters import _fdb_store
+from dbwrap_py.adapters._fdb_keeper import KeeperClient
 from dbwrap_py.adapters._fdb_relay import RelayStore
 from dbwrap_py.adapters._fdb_store import FdbStore
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported, Timeout, Unavailable
@@ -74,6 +82,9 @@ class StoreArgs(TypedDict):
     volatile: bool
     timeout_ms: int
     retry_limit: int
+    #: join the openers when the store opens (False: this process's keeper holds its place)
+    join: bool
+    opener_ttl: float
 
 
 class _Txn:
@@ -119,6 +130,23 @@ class FdbAdapter(LeasedAdapter):
         self._store: FdbStore | RelayStore | None = None
         self._txn: _Txn | None = None
         self._closed = False
+        self._kept = False  # this process's opener keeper holds its place among the openers
+        #: the read version of the last CLEAR_IF_FIRST wipe (the node cache voids tokens up to it)
+        self.wipe_revision = 0
+        if not spec.persistent:
+            self._join_openers()
+
+    def _join_openers(self) -> None:
+        """TDB_CLEAR_IF_FIRST at open, as tdb: wipe if no process that opened
+        the database lives, and count as one from now on. Where the network
+        runs already, the store joins; elsewhere (smbd's parent) the opener
+        keeper does, so the network is not started here."""
+        if library.network_here():
+            store = self.store()
+            self.wipe_revision = store.wipe_revision
+            return
+        self.wipe_revision = KeeperClient.for_this_process(_fdb_store.OPENER_TTL).join(self.store_arguments())
+        self._kept = True
 
     # -- the store of this process -------------------------------------------
 
@@ -140,7 +168,9 @@ class FdbAdapter(LeasedAdapter):
         return {"library": self.library, "api_version": self.api_version,
                 "cluster_file": self.cluster_file, "prefix": self.prefix,
                 "db": self.spec.cluster_name.encode(), "volatile": not self.spec.persistent,
-                "timeout_ms": int(self.transaction_timeout * 1000), "retry_limit": self.retry_limit}
+                "timeout_ms": int(self.transaction_timeout * 1000), "retry_limit": self.retry_limit,
+                "join": not self._kept,
+                "opener_ttl": _fdb_store.OPENER_TTL}
 
     # -- the primitives (dbwrap_py.leased) ----------------------------------------
 
@@ -256,6 +286,7 @@ class FdbAdapter(LeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
+        self._kept = False  # the parent's keeper holds the parent's place; this child joins on its own
         self._txn = None
         self._store = None  # the parent's: never closed or used here
         self._store_pid = -1
@@ -267,6 +298,9 @@ class FdbAdapter(LeasedAdapter):
         if self._store is not None and self._store_pid == os.getpid():
             self._store.close()
         self._store = None
+        if self._kept:
+            KeeperClient.leave(self.store_arguments())
+            self._kept = False
 
     # -- for the conformance suite and the benchmarks -------------------------------------
 
@@ -310,9 +344,10 @@ def open_store(fdb: ModuleType, args: StoreArgs) -> FdbStore:
     if args["timeout_ms"]:
         db.options.set_transaction_timeout(args["timeout_ms"])
     db.options.set_transaction_retry_limit(args["retry_limit"])
-    store = FdbStore(fdb, db, args["prefix"], args["db"], args["volatile"])
-    if store.volatile:
+    store = FdbStore(fdb, db, args["prefix"], args["db"], args["volatile"], args["opener_ttl"])
+    if store.volatile and args["join"]:
         store.join_openers()
+        store.keep_renewing()
     return store
 
 

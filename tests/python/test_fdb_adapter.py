@@ -314,3 +314,100 @@ def test_a_relay_ends_with_the_child_that_started_it(cluster_file: Path, tmp_pat
         time.sleep(0.05)
     assert exited(relay), "the relay outlived its child"
     db.close()
+
+
+PARENT_THEN_CHILDREN = """
+import os, sys, time
+from dbwrap_py.adapters import _fdb_library as library, _fdb_store
+from dbwrap_py.database import open_database
+_fdb_store.OPENER_TTL = 1.0  # so that a child's opener key lapses within the test
+db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + sys.argv[1]])
+adapter = db.adapter
+
+def in_child(work):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)  # no close: as a killed smbd child
+    assert os.waitpid(pid, 0)[1] == 0
+
+in_child(lambda: adapter.put_unlock(b"k", b"durable") if adapter.lock_get(b"k") is None else None)
+time.sleep(3.0)  # three opener TTLs: the first child's opener key is long gone
+def second():
+    print("second child reads:", adapter.get(b"k"), flush=True)
+in_child(second)
+print("parent's network:", library._network_pid, flush=True)
+db.close()
+"""
+
+
+def test_a_volatile_database_lives_while_the_parent_that_opened_it_does(
+        cluster_file: Path, tmp_path: Path) -> None:
+    """smbd's way: the parent opens and forks, and never starts the network;
+    a child writes and dies, and a child long after it still sees the
+    record, as with tdb (the parent's keeper holds its opener key)."""
+    out = subprocess.run([sys.executable, "-c", PARENT_THEN_CHILDREN, str(cluster_file),
+                          str(tmp_path / "parent.tdb")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["second child reads: b'durable'", "parent's network: None"]
+
+
+OPEN_AND_WAIT = """
+import os, sys
+from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.database import open_database
+db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + sys.argv[1]])
+print(KeeperClient._current._process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def openers(cluster_file: Path, db: object) -> list[bytes]:
+    store = db.adapter.store()
+    tr = fdb_model.open(str(cluster_file)).create_transaction()
+    return [bytes(kv.key) for kv in tr.get_range(store.openers, store.openers + b"\xff")]
+
+
+def test_the_keeper_lets_the_opener_key_go_when_its_process_dies(cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "dies.tdb")
+    opener = subprocess.Popen([sys.executable, "-c", OPEN_AND_WAIT, str(cluster_file), name],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        keeper = int(opener.stdout.readline())
+        probe = open_fdb(cluster_file, name)  # joins too: two openers now
+        assert len(openers(cluster_file, probe)) == 2
+        opener.kill()  # no close: the keeper must notice on its own
+        opener.wait()
+        deadline = time.monotonic() + 5  # well under the 10 s the key would take to expire
+        while len(openers(cluster_file, probe)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(openers(cluster_file, probe)) == 1, "the dead process still counts as an opener"
+        while not exited(keeper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert exited(keeper), "the keeper outlived its process"
+        probe.close()
+        assert openers(cluster_file, open_fdb(cluster_file, name)) != [], "sanity: an open joins"
+    finally:
+        opener.kill()
+        opener.wait()
+
+
+def test_closing_leaves_the_openers_and_a_later_open_wipes(cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "closed.tdb")
+    script = ("import os, sys\nfrom dbwrap_py.database import open_database\n"
+              "db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, 'fdb',"
+              " ['fdb_library=model', 'cluster_file=' + sys.argv[1]])\n"
+              "db.adapter.lock(b'k'); db.adapter.put(b'k', b'v'); db.adapter.unlock(b'k')\n"
+              "print(db.adapter.get(b'k')); db.close()\n")
+    out = subprocess.run([sys.executable, "-c", script, str(cluster_file), name],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "b'v'"
+    db = open_fdb(cluster_file, name)  # nobody has it open: TDB_CLEAR_IF_FIRST wipes, as tdb
+    assert db.adapter.get(b"k") is None
+    db.close()

@@ -144,7 +144,8 @@ test-python: venv venv-scylla $(BRIDGE_LIB)
 # with the node cache (a throwaway node agent beside the throwaway store);
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
 # cluster file; without it, it runs under pytest). fdb runs on a throwaway
-# model of FoundationDB (no FoundationDB can run here): its table says fdb (model).
+# model of FoundationDB (no FoundationDB can run here), without and with the
+# node cache: its tables say fdb (model).
 test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
@@ -157,6 +158,7 @@ test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
+	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).

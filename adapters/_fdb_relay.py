@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 _HEADER = struct.Struct(">I")
 #: the FdbStore methods a relay answers
 METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release", "get", "scan_page",
-                     "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close"})
+                     "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close",
+                     "ownership"})
 
 
 def send(stream: IO[bytes], message: Any) -> None:
@@ -88,6 +89,9 @@ class RelayStore:
 
     def take_lease(self, *args: Any) -> tuple[bool, bytes | None]:
         return tuple(self._call("take_lease", *args))  # type: ignore[return-value]
+
+    def get(self, key: bytes) -> tuple[bytes | None, bool]:
+        return tuple(self._call("get", key))  # type: ignore[return-value]
 
     def close(self) -> None:
         if os.getpid() != self._pid or self._process.poll() is not None:

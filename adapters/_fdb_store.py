@@ -3,12 +3,13 @@ transaction (retried through ``on_error``), on the real ``fdb`` API.
 
 Keys, under ``<prefix>\\0<db>\\0`` (``<db>`` is DatabaseSpec.cluster_name):
 
-* ``d<enc(key)><chunk:4>``: the record, in chunks of at most 100,000 bytes
-  (FoundationDB's value limit). ``enc`` escapes NUL (as the tuple layer
-  does), so one record's chunks are one key range and no record's range
-  holds another's. A write clears the range and sets the chunks in one
+* ``d<bucket:1><enc(key)><chunk:4>``: the record, in chunks of at most
+  100,000 bytes (FoundationDB's value limit). ``enc`` escapes NUL (as the
+  tuple layer does), so one record's chunks are one key range and no
+  record's range holds another's. The bucket (``nodecache.layout``) comes
+  first, so the node cache reads a bucket's records and locks as one range. A write clears the range and sets the chunks in one
   transaction, so readers see all of a value or none of it.
-* ``l<enc(key)>``: the record lock, ``token:8 expiry:8``. The expiry is a
+* ``l<bucket:1><enc(key)>``: the record lock, ``token:8 expiry:8``. The expiry is a
   read version (they advance about 1,000,000 per second), so the cluster
   judges it, never a client's clock. Every locked write reads this key, so
   it is in the write's read-conflict range: a holder that lost the lock
@@ -24,6 +25,9 @@ Keys, under ``<prefix>\\0<db>\\0`` (``<db>`` is DatabaseSpec.cluster_name):
   with an expiry read version that a thread of its process (or its opener
   keeper, ``_fdb_keeper``) renews.
 * ``w``: the read version of the last CLEAR_IF_FIRST wipe.
+* ``n``, ``b``, ``x`` and the keys beside the databases (``<prefix>\0\0``):
+  the node cache's, see ``_fdb_ownership``. A record lock is refused while a
+  node owns the record, and that node is asked to hand it back.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from dbwrap_py.adapters import _fdb_ownership as nodes
 from dbwrap_py.errors import (
     Corruption,
     DbwrapError,
@@ -44,6 +49,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
+from dbwrap_py.nodecache.layout import bucket_of
 
 CHUNK = 100_000
 KEY_LIMIT = 10_000
@@ -75,6 +81,10 @@ def decode(encoded: bytes) -> tuple[bytes, bytes]:
             i = j + 2
         else:
             return bytes(out), encoded[j + 2:]
+
+
+def bucket_byte(key: bytes) -> bytes:
+    return bytes([bucket_of(key)])
 
 
 def value_of(future: Any) -> bytes | None:
@@ -116,6 +126,9 @@ class FdbStore:
         self.txn_key = base + b"t"
         self.seq_key = base + b"s"
         self.openers = base + b"o"
+        self.db_name = db_name
+        self.nodes = nodes.NodeKeys(prefix, base)
+        self.round_trips = 0  # transactions run (the node cache's tests count them)
         self.owner = secrets.token_bytes(16)  # this process's id for receipts and openers
         self.receipt = base + b"r" + self.owner
         self.wipe_key = base + b"w"
@@ -125,8 +138,8 @@ class FdbStore:
         #: the read version of the last CLEAR_IF_FIRST wipe (the node cache voids tokens up to it)
         self.wipe_revision = 0
         self._joined = False
-        #: record key (None: the transaction lock) -> (watch, seconds its holder has left)
-        self._watches: dict[bytes | None, tuple[Any, float]] = {}
+        #: record key (None: the transaction lock) -> (watches, seconds its holder has left)
+        self._watches: dict[bytes | None, tuple[list[Any], float]] = {}
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
 
@@ -137,6 +150,7 @@ class FdbStore:
         through ``on_error`` (which gives up per the retry limit and the
         timeout). ``after_unknown``: an earlier attempt got 1021, so it may
         have been applied."""
+        self.round_trips += 1
         tr = self.db.create_transaction()
         after_unknown = False
         while True:
@@ -155,14 +169,14 @@ class FdbStore:
     # -- keys ---------------------------------------------------------------
 
     def record_range(self, key: bytes) -> tuple[bytes, bytes]:
-        begin = self.data + encode(key)
+        begin = self.data + bucket_byte(key) + encode(key)
         if len(begin) + _INDEX.size > KEY_LIMIT:
             raise InvalidParameter(f"key of {len(key)} bytes: FoundationDB keys are at most "
                                    f"{KEY_LIMIT} bytes with this adapter's {len(begin) - len(key)}-byte prefix")
         return begin, prefix_end(begin)
 
     def lock_key(self, key: bytes) -> bytes:
-        return self.locks + encode(key)
+        return self.locks + bucket_byte(key) + encode(key)
 
     # -- records inside a transaction ---------------------------------------------
 
@@ -203,14 +217,20 @@ class FdbStore:
             holder, expiry = self._lock_state(tr, lock_key)
             blocker = None
             if holder != token and expiry > version:
-                blocker = (lock_key, expiry)
+                blocker = ([lock_key], expiry)
             elif not self.volatile:  # a transaction elsewhere excludes record lockers
                 txn_holder, txn_expiry = self._lock_state(tr, self.txn_key)
                 if txn_holder and txn_expiry > version:  # (our own transaction takes no record locks)
-                    blocker = (self.txn_key, txn_expiry)
+                    blocker = ([self.txn_key], txn_expiry)
+            else:  # a node that owns the record (node cache) is asked to hand it back
+                owner = nodes.holder(tr, self, key, version)
+                if owner is not None:
+                    nodes.ask(tr, self, key, owner.node, 0, version)
+                    blocker = (owner.watch_keys, owner.expiry)
             if blocker is not None:
-                # armed when this (read-only) transaction commits: wakes the waiter on release
-                self._watches[key] = (tr.watch(blocker[0]), (blocker[1] - version) / VERSIONS_PER_SECOND)
+                # armed when this transaction commits: wakes the waiter on release
+                self._watches[key] = ([tr.watch(k) for k in blocker[0]],
+                                      (blocker[1] - version) / VERSIONS_PER_SECOND)
                 return False, None
             if holder != token:  # a repeat after 1021 finds our token: taken already
                 tr.set(lock_key, _LOCK.pack(token, version + int(seconds * VERSIONS_PER_SECOND)))
@@ -220,23 +240,26 @@ class FdbStore:
         return self.run("record lock", body)
 
     def wait_for_release(self, key: bytes | None, pause: float, deadline_left: float) -> None:
-        """Wait on the watch set when the lock was refused: until the holder
+        """Wait on the watches set when the lock was refused: until the holder
         lets go, or its lease (in the cluster's versions) has run out."""
         entry = self._watches.pop(key, None)
         if entry is None:
             time.sleep(pause)
             return
-        watch, holder_left = entry
+        watches, holder_left = entry
         woken = threading.Event()
-        watch.on_ready(lambda _future: woken.set())
+        for watch in watches:
+            watch.on_ready(lambda _future: woken.set())
         woken.wait(max(0.0, min(holder_left + 0.005, deadline_left)))
-        if not watch.is_ready():
-            watch.cancel()
+        for watch in watches:
+            if not watch.is_ready():
+                watch.cancel()
 
     def _drop_watch(self, key: bytes | None) -> None:
         entry = self._watches.pop(key, None)
         if entry is not None:
-            entry[0].cancel()
+            for watch in entry[0]:
+                watch.cancel()
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None, release: bool) -> bool:
         """Write (None: delete) while ``token`` holds the lock; ``release``
@@ -275,8 +298,20 @@ class FdbStore:
 
     # -- unlocked reads -------------------------------------------------------------------
 
-    def get(self, key: bytes) -> bytes | None:
-        return self.run("read", lambda tr, _: self.read_record(tr, key, snapshot=True))
+    def get(self, key: bytes) -> tuple[bytes | None, bool]:
+        """The record, and whether a node owns it (then its copy is the newer)."""
+
+        def body(tr: Any, _: bool) -> tuple[bytes | None, bool]:
+            value = self.read_record(tr, key, snapshot=True)
+            if not self.volatile:
+                return value, False
+            return value, nodes.holder(tr, self, key, tr.get_read_version().wait(), snapshot=True) is not None
+
+        return self.run("read", body)
+
+    def ownership(self, method: str, *args: Any) -> Any:
+        """The node cache's operation ``method`` on this database (``_fdb_ownership.NodeOps``)."""
+        return getattr(nodes.NodeOps(self), method)(*args)
 
     def scan_page(self, after: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
         """Up to about ``limit`` records after the record ``after`` (None:
@@ -284,7 +319,7 @@ class FdbStore:
         from (None: done). Each page is a new transaction, so a long
         traverse never reaches the 5-second limit; like a tdb traverse it may
         then see writes made meanwhile, and still sees each record once."""
-        start = self.data if after is None else prefix_end(self.data + encode(after))
+        start = self.data if after is None else prefix_end(self.data + bucket_byte(after) + encode(after))
         end = prefix_end(self.data)
 
         def body(tr: Any, _: bool) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
@@ -292,27 +327,38 @@ class FdbStore:
                    for kv in tr.snapshot.get_range(start, end, limit=limit)]
             full = len(kvs) >= limit
             if full:  # the last record may go on past the limit: read the rest of it
-                last_key, _ = decode(kvs[-1][0][len(self.data):])
+                last_key, _ = decode(kvs[-1][0][len(self.data) + 1:])
                 rest_begin = kvs[-1][0] + b"\0"
                 kvs += [(bytes(kv.key), bytes(kv.value)) for kv in
-                        tr.snapshot.get_range(rest_begin, prefix_end(self.data + encode(last_key)))]
-            records: list[tuple[bytes, bytes]] = []
-            parts: list[bytes] = []
-            current: bytes | None = None
-            for k, v in kvs:
-                record, index = decode(k[len(self.data):])
-                if record != current:
-                    if current is not None:
-                        records.append((current, b"".join(parts)))
-                    current, parts = record, []
-                if index != _INDEX.pack(len(parts)):
-                    raise Corruption(f"record {record!r}: chunk {len(parts)} missing in FoundationDB")
-                parts.append(v)
-            if current is not None:
-                records.append((current, b"".join(parts)))
-            return records, (current if full else None)
+                        tr.snapshot.get_range(rest_begin, self.record_range(last_key)[1])]
+            records = self._assemble(kvs)
+            return records, (records[-1][0] if full and records else None)
 
         return self.run("traverse", body)
+
+    def _assemble(self, kvs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Records from their chunks' keys and values, in key order."""
+        records: list[tuple[bytes, bytes]] = []
+        parts: list[bytes] = []
+        current: bytes | None = None
+        for k, v in kvs:
+            record, index = decode(k[len(self.data) + 1:])
+            if record != current:
+                if current is not None:
+                    records.append((current, b"".join(parts)))
+                current, parts = record, []
+            if index != _INDEX.pack(len(parts)):
+                raise Corruption(f"record {record!r}: chunk {len(parts)} missing in FoundationDB")
+            parts.append(v)
+        if current is not None:
+            records.append((current, b"".join(parts)))
+        return records
+
+    def bucket_records(self, tr: Any, bucket: int) -> dict[bytes, bytes]:
+        """Every record of a node-cache bucket (read: a write to one conflicts)."""
+        begin = self.data + bytes([bucket])
+        return dict(self._assemble([(bytes(kv.key), bytes(kv.value))
+                                    for kv in tr.get_range(begin, prefix_end(begin))]))
 
     def seqnum(self) -> int:
         def body(tr: Any, _: bool) -> int:
@@ -337,13 +383,13 @@ class FdbStore:
             version = tr.get_read_version().wait()
             holder, expiry = self._lock_state(tr, self.txn_key)
             if holder not in (0, token) and expiry > version:
-                self._watches[None] = (tr.watch(self.txn_key), (expiry - version) / VERSIONS_PER_SECOND)
+                self._watches[None] = ([tr.watch(self.txn_key)], (expiry - version) / VERSIONS_PER_SECOND)
                 return False
             for kv in tr.get_range(self.locks, prefix_end(self.locks)):
                 other, other_expiry = _LOCK.unpack(bytes(kv.value))
                 if other not in our_locks and other_expiry > version:
                     left = (other_expiry - version) / VERSIONS_PER_SECOND
-                    self._watches[None] = (tr.watch(bytes(kv.key)), left)
+                    self._watches[None] = ([tr.watch(bytes(kv.key))], left)
                     return False
             tr.set(self.txn_key, _LOCK.pack(token, version + int(seconds * VERSIONS_PER_SECOND)))
             return True
@@ -404,6 +450,7 @@ class FdbStore:
                 return False, int.from_bytes(raw, "big") if raw is not None else 0
             for sub in (self.data, self.locks, self.openers):
                 tr.clear_range(sub, prefix_end(sub))
+            nodes.wipe(tr, self)  # and the nodes' ownerships, which no opener holds
             self._set_opener(tr, version)
             tr.set(self.wipe_key, version.to_bytes(8, "big"))
             tr.add(self.seq_key, _ONE)

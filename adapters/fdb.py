@@ -51,6 +51,7 @@ from typing import TypedDict
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters import _fdb_ownership as nodes
 from dbwrap_py.adapters import _fdb_store
 from dbwrap_py.adapters._fdb_keeper import KeeperClient
 from dbwrap_py.adapters._fdb_relay import RelayStore
@@ -204,7 +205,11 @@ class FdbAdapter(LeasedAdapter):
         txn = self._txn
         if txn is not None and key in txn.writes:
             return txn.writes[key]
-        return self.store().get(key)
+        value, by_node = self.store().get(key)
+        if by_node:  # a node's copy is the newer: have it handed back, as a lock does
+            value = self.lock_get(key)
+            self.unlock(key)
+        return value
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         pending = dict(self._txn.writes) if self._txn is not None else {}
@@ -302,6 +307,36 @@ class FdbAdapter(LeasedAdapter):
             KeeperClient.leave(self.store_arguments())
             self._kept = False
 
+    # -- the node cache (dbwrap_py.nodecache.protocol; ours: _fdb_ownership) ----------------
+
+    @property
+    def node_cache_id(self) -> bytes:
+        return self.spec.cluster_name.encode()
+
+    def ownership(self) -> nodes.FdbOwnership:
+        """This database's ownership operations, on this process's store (or relay)."""
+        return nodes.FdbOwnership(lambda method, *args: self.store().ownership(method, *args), self.op_timeout)
+
+    @classmethod
+    def node_store(cls, options: Options) -> nodes.FdbNodeStore:
+        """The node agent's side (``dbwrap-py node-agent --adapter fdb``), on its own network."""
+        kind = options.get_str("fdb_library", "real").strip().lower()
+        api = options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13)
+        fdb = library.load(kind, api)
+        base: StoreArgs = {
+            "library": kind, "api_version": api, "cluster_file": options.get_str("cluster_file", "") or None,
+            "prefix": options.get_str("prefix", DEFAULT_PREFIX).encode(), "db": b"", "volatile": True,
+            "timeout_ms": int(options.get_float("transaction_timeout", 5.0, minimum=0.0) * 1000),
+            "retry_limit": options.get_int("retry_limit", 100, minimum=-1), "join": False,
+            "opener_ttl": _fdb_store.OPENER_TTL}
+        return nodes.FdbNodeStore(lambda db: open_store(fdb, {**base, "db": db}),
+                                  options.get_float("op_timeout", 30.0, minimum=0.0))
+
+    @property
+    def round_trips(self) -> int:
+        """FoundationDB transactions this process's store ran (a relay's are its own)."""
+        return getattr(self._store, "round_trips", 0) if self._store_pid == os.getpid() else 0
+
     # -- for the conformance suite and the benchmarks -------------------------------------
 
     @classmethod
@@ -328,7 +363,11 @@ class FdbAdapter(LeasedAdapter):
         if options.get("cluster_file"):
             return None
         if kind == "model":
-            return _throwaway_model()
+            from dbwrap_py.nodecache.agent import beside_throwaway_store
+
+            ours = {k: v for k, v in options.items() if k in cls.option_names}
+            return beside_throwaway_store("fdb", _throwaway_model, options, cls.option_names,
+                                          ttl=max(cls.lease_for(ours), 2.0))
         default = os.environ.get("FDB_CLUSTER_FILE") or DEFAULT_CLUSTER_FILE
         if not os.path.exists(default):
             raise ServerError(f"no FoundationDB cluster: give -o cluster_file=... ({default} does not "

@@ -197,8 +197,58 @@ def cassandra_backend() -> Iterator[CassandraBackend]:
         yield CassandraBackend(reach)
 
 
+class FdbBackend:
+    """fdb on the model of FoundationDB (``fdb_library = model``): results of
+    ``fdb (model)``, not of FoundationDB. Ownership lives in each database's
+    ``n`` (record locks) and ``b`` (bucket claims) keys, node leases beside them."""
+
+    adapter = "fdb"
+
+    def __init__(self, cluster_file: Path) -> None:
+        self.cluster_file = cluster_file
+
+    def options(self) -> dict[str, str]:
+        return {"fdb_library": "model", "cluster_file": str(self.cluster_file), "lease": str(TTL),
+                "op_timeout": "5"}
+
+    @staticmethod
+    def round_trips(db: Database) -> int:
+        inner = getattr(db.adapter, "inner", db.adapter)
+        return inner.round_trips  # FoundationDB transactions
+
+    def holdings(self, node: bytes) -> int:
+        """Record locks and bucket claims the node holds on a live lease, in every database."""
+        import struct
+
+        import dbwrap_py.testing.fdb_model as fdb_model
+
+        tr = fdb_model.open(str(self.cluster_file)).create_transaction()
+        version = tr.get_read_version().wait()
+        lease = tr.get(b"dbwrap_py\0\0N" + node).wait()
+        if not lease.present():
+            return 0
+        current, expiry = struct.unpack(">qq", lease.value)
+        if expiry <= version:
+            return 0
+        held = 0
+        for kv in tr.get_range(b"dbwrap_py\0", b"dbwrap_py\x01"):  # a test's store holds few keys
+            db, _, rest = kv.key[len(b"dbwrap_py\0"):].partition(b"\0")
+            if db and rest[:1] in (b"n", b"b"):
+                _, held_lease = struct.unpack_from(">qq", kv.value)
+                held += kv.value[16:] == node and held_lease == current
+        return held
+
+
+@contextmanager
+def fdb_backend() -> Iterator[FdbBackend]:
+    from dbwrap_py.testing.fdb_model.throwaway import model_server
+
+    with model_server() as cluster_file:
+        yield FdbBackend(cluster_file)
+
+
 BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados": rados_backend,
-            "cassandra": cassandra_backend}
+            "cassandra": cassandra_backend, "fdb": fdb_backend}
 
 
 @pytest.fixture(scope="module", params=sorted(BACKENDS))

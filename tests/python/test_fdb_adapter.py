@@ -411,3 +411,26 @@ def test_closing_leaves_the_openers_and_a_later_open_wipes(cluster_file: Path, t
     db = open_fdb(cluster_file, name)  # nobody has it open: TDB_CLEAR_IF_FIRST wipes, as tdb
     assert db.adapter.get(b"k") is None
     db.close()
+
+
+OPEN_MANY = """
+import os, sys, time
+from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.database import open_database
+dbs = [open_database(sys.argv[2] + str(i), 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                     ["fdb_library=model", "cluster_file=" + sys.argv[1]]) for i in range(12)]
+time.sleep(0.5)
+children = [p for p in os.listdir("/proc") if p.isdigit()
+            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+status = dict(line.split(":", 1) for line in open(f"/proc/{KeeperClient._current._process.pid}/status"))
+print(len(children), status["Threads"].strip(), status["VmRSS"].strip(), flush=True)
+"""
+
+
+def test_one_keeper_serves_every_database_of_its_process(cluster_file: Path, tmp_path: Path) -> None:
+    """The cost of the parent's place among the openers: one process, a few threads."""
+    out = subprocess.run([sys.executable, "-c", OPEN_MANY, str(cluster_file), str(tmp_path / "many")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    processes, threads, rss = out.split(maxsplit=2)
+    print(f"12 volatile databases: {processes} keeper process, {threads} threads, {rss} RSS")
+    assert (int(processes), int(threads)) == (1, 3)

@@ -129,7 +129,8 @@ def holder(tr: Any, store: FdbStore, key: bytes, version: int, snapshot: bool = 
     keys = store.nodes
     reader = tr.snapshot if snapshot else tr
     lock_key, claim_key, detach_key = keys.lock(key), keys.claim(bucket_of(key)), keys.detach(key)
-    lock, claim, detached = (fs.value_of(reader.get(k)) for k in (lock_key, claim_key, detach_key))
+    futures = [reader.get(k) for k in (lock_key, claim_key, detach_key)]  # in flight together
+    lock, claim, detached = (fs.value_of(future) for future in futures)
     for raw, via_bucket in ((lock, False), (claim, True)):
         held = _held(raw)
         if held is None:

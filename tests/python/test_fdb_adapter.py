@@ -434,3 +434,37 @@ def test_one_keeper_serves_every_database_of_its_process(cluster_file: Path, tmp
     processes, threads, rss = out.split(maxsplit=2)
     print(f"12 volatile databases: {processes} keeper process, {threads} threads, {rss} RSS")
     assert (int(processes), int(threads)) == (1, 3)
+
+
+PARENT_WITH_CACHE = """
+import os, sys
+from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.database import open_database
+db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + sys.argv[1], "node_cache=yes",
+                    "node_cache_dir=" + sys.argv[3]])
+assert db.adapter.cache is not None, "the agent serves the directory"
+print("after open:", library._network_pid, flush=True)
+pid = os.fork()
+if pid == 0:
+    db.adapter.lock_get(b"k")  # through the node cache: the child's network, the agent's claim
+    db.adapter.put_unlock(b"k", b"from the child")
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+print("parent's network after the child:", library._network_pid, flush=True)
+"""
+
+
+def test_with_the_node_cache_the_parent_still_starts_no_network(cluster_file: Path, tmp_path: Path) -> None:
+    from dbwrap_py.nodecache.agent import NodeAgentProcess
+
+    with NodeAgentProcess("fdb", {"fdb_library": "model", "cluster_file": str(cluster_file)},
+                          tmp_path / "node", ttl=2) as agent:
+        out = subprocess.run([sys.executable, "-c", PARENT_WITH_CACHE, str(cluster_file),
+                              str(tmp_path / "cached.tdb"), str(agent.cache_dir)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["after open: None", "parent's network after the child: None"]
+        reader = open_fdb(cluster_file, str(tmp_path / "cached.tdb"))
+        assert reader.adapter.get(b"k") == b"from the child"  # asked of node0's agent
+        reader.close()

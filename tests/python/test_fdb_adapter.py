@@ -18,8 +18,10 @@ import pytest
 
 import dbwrap_py.testing.fdb_model as fdb_model
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.adapters.fdb import FdbAdapter
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter
+from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 
 
@@ -41,6 +43,16 @@ def test_real_library_missing_refuses_the_open_naming_it(tmp_path: Path) -> None
         open_database(str(tmp_path / "real.tdb"), 0, 0, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                       ["fdb_library=real", f"cluster_file={tmp_path / 'fdb.cluster'}"])
 
+
+
+def test_the_node_cache_on_a_real_cluster_is_refused_until_its_leases_are_safe(tmp_path: Path) -> None:
+    """Read versions jump at a recovery, so a node lease judged in them could
+    end early on a real cluster while its node still serves records."""
+    with pytest.raises(ConfigError, match="recovery"):
+        open_database(str(tmp_path / "real.tdb"), 0, 0, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                      ["fdb_library=real", "node_cache=yes", f"cluster_file={tmp_path / 'fdb.cluster'}"])
+    with pytest.raises(ConfigError, match="recovery"):
+        FdbAdapter.node_store(Options({"fdb_library": "real", "cluster_file": str(tmp_path / "fdb.cluster")}))
 
 OPEN_THEN_USE = """
 import os, sys

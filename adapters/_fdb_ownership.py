@@ -241,13 +241,16 @@ class NodeOps:
 
     def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                    node: bytes, lease: int) -> bool:
-        keys = self.keys
+        keys, write_id = self.keys, secrets.token_bytes(16)
 
-        def body(tr: Any, _: bool) -> bool:
+        def body(tr: Any, after_unknown: bool) -> bool:
+            if after_unknown and self.store.landed(tr, write_id):
+                return True  # it let the ownership go: the fence below would say False
             tr.clear(keys.request(node, key))
             if not self._fenced(tr, key, token, via_bucket):
                 return False
             self.store.write_record(tr, key, value)
+            self.store.sign(tr, write_id)
             if via_bucket:
                 tr.set(keys.detach(key), token.to_bytes(8, "big"))
             else:
@@ -283,13 +286,18 @@ class NodeOps:
         inside = bytes([bucket])
 
         def body(part: list[tuple[bytes, bytes | None]], last: bool) -> Callable[[Any, bool], bool]:
-            def run(tr: Any, _: bool) -> bool:
+            write_id = secrets.token_bytes(16)
+
+            def run(tr: Any, after_unknown: bool) -> bool:
+                if after_unknown and self.store.landed(tr, write_id):
+                    return True  # the last part let the claim go: the check below would say False
                 held = _held(fs.value_of(tr.get(keys.claim(bucket))))
                 if held is None or held[0] != token or lease_expiry(
                         tr, keys, held[2], held[1], snapshot=True) <= tr.get_read_version().wait():
                     return False
                 for key, value in part:
                     self.store.write_record(tr, key, value)
+                self.store.sign(tr, write_id)
                 if last:
                     tr.clear_range(keys.detached + inside, fs.prefix_end(keys.detached + inside))
                     tr.clear(keys.claim(bucket))

@@ -203,8 +203,13 @@ class FdbStore:
         raw = value_of(tr.get(key))
         return _LOCK.unpack(raw) if raw is not None else (0, 0)
 
-    def _receipt_says(self, tr: Any, write_id: bytes) -> bool:
+    def landed(self, tr: Any, write_id: bytes) -> bool:
+        """Did the write that ``sign``ed with ``write_id`` commit? (Asked after a 1021.)"""
         return value_of(tr.get(self.receipt)) == write_id
+
+    def sign(self, tr: Any, write_id: bytes) -> None:
+        """This process's receipt: ``write_id`` commits with the write, or not at all."""
+        tr.set(self.receipt, write_id)
 
     # -- record locks (dbwrap_py.leased's primitives) ------------------------------
 
@@ -268,7 +273,7 @@ class FdbStore:
         write_id = secrets.token_bytes(16)
 
         def body(tr: Any, after_unknown: bool) -> bool:
-            if after_unknown and self._receipt_says(tr, write_id):
+            if after_unknown and self.landed(tr, write_id):
                 return True  # the attempt that got 1021 landed
             version = tr.get_read_version().wait()
             holder, expiry = self._lock_state(tr, lock_key)  # read: a takeover conflicts with us
@@ -277,7 +282,7 @@ class FdbStore:
                     tr.clear(lock_key)
                 return False
             self.write_record(tr, key, value)
-            tr.set(self.receipt, write_id)
+            self.sign(tr, write_id)
             if release:
                 tr.clear(lock_key)
             return True
@@ -409,7 +414,7 @@ class FdbStore:
         write_id = secrets.token_bytes(16)
 
         def body(tr: Any, after_unknown: bool) -> bool:
-            if after_unknown and self._receipt_says(tr, write_id):
+            if after_unknown and self.landed(tr, write_id):
                 return True
             version = tr.get_read_version().wait()
             holder, expiry = self._lock_state(tr, self.txn_key)
@@ -417,7 +422,7 @@ class FdbStore:
                 return False
             for key, value in writes.items():
                 self.write_record(tr, key, value)
-            tr.set(self.receipt, write_id)
+            self.sign(tr, write_id)
             tr.clear(self.txn_key)
             return True
 

@@ -248,3 +248,25 @@ def test_a_keepalive_that_read_before_a_takeover_cannot_commit_after_it(cluster_
     store.revoke(other)
     store.close()
     db.close()
+
+
+def test_a_write_back_and_a_bucket_release_that_landed_before_an_unknown_result_succeed(cluster_file, node):
+    """1021 on a commit that applied: the retry finds the ownership let go
+    (by that very commit) and must not call it fenced: the receipt tells."""
+    from dbwrap_py.testing.fdb_model import Control
+
+    db, own, store, lease = node
+    control = Control(str(cluster_file))
+    try:
+        taken = own.take(b"w", b"n", lease.id)
+        control.inject("unknown", 1, "applied")
+        assert own.write_back(b"w", b"v", taken.token, False, b"n", lease.id)
+        assert db.get(b"w") == b"v"
+        key = same_bucket(1)[0]
+        claim = own.claim(bucket_of(key), b"n", lease.id)
+        assert claim is not None
+        control.inject("unknown", 1, "applied")
+        assert own.release_bucket(bucket_of(key), claim.token, {key: b"released"})
+        assert db.get(key) == b"released"
+    finally:
+        control.close()

@@ -206,6 +206,8 @@ class NodeOps:
         def body(tr: Any, _: bool) -> tuple[int, dict[bytes, bytes]] | None:
             version = self._own_lease(tr, node, lease)
             held = _held(fs.value_of(tr.get(keys.claim(bucket))))
+            if held is not None and held[1:] == (lease, node):  # ours: an attempt that got 1021 landed
+                return held[0], store.bucket_records(tr, bucket)
             if held is not None:
                 if lease_expiry(tr, keys, held[2], held[1]) > version:
                     return None

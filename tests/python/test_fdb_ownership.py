@@ -250,7 +250,7 @@ def test_a_keepalive_that_read_before_a_takeover_cannot_commit_after_it(cluster_
     db.close()
 
 
-def test_a_write_back_and_a_bucket_release_that_landed_before_an_unknown_result_succeed(cluster_file, node):
+def test_a_write_back_a_claim_and_a_release_that_landed_before_an_unknown_result_succeed(cluster_file, node):
     """1021 on a commit that applied: the retry finds the ownership let go
     (by that very commit) and must not call it fenced: the receipt tells."""
     from dbwrap_py.testing.fdb_model import Control
@@ -263,8 +263,9 @@ def test_a_write_back_and_a_bucket_release_that_landed_before_an_unknown_result_
         assert own.write_back(b"w", b"v", taken.token, False, b"n", lease.id)
         assert db.get(b"w") == b"v"
         key = same_bucket(1)[0]
+        control.inject("unknown", 1, "applied")
         claim = own.claim(bucket_of(key), b"n", lease.id)
-        assert claim is not None
+        assert claim is not None, "a claim that landed before its 1021 is ours"
         control.inject("unknown", 1, "applied")
         assert own.release_bucket(bucket_of(key), claim.token, {key: b"released"})
         assert db.get(key) == b"released"

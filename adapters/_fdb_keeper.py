@@ -33,7 +33,8 @@ import threading
 from typing import IO, TYPE_CHECKING, Any
 
 from dbwrap_py.adapters._fdb_relay import receive, send
-from dbwrap_py.errors import DbwrapError, Unavailable
+from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
+from dbwrap_py.servers import stop_process
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters._fdb_store import FdbStore
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 _PR_SET_PDEATHSIG = 1
 #: how often the keeper looks at its parent PID (the signal is the fast way)
 PARENT_POLL = 1.0
+#: beyond a join's own limit (two transaction timeouts: fdb.open, then the join) before
+#: the keeper counts as hung
+REPLY_SLACK = 10.0
 
 
 def _database(args: StoreArgs) -> tuple[Any, ...]:
@@ -73,13 +77,19 @@ class KeeperClient:
                 keeper = cls._current = cls(opener_ttl)  # a forked child's inherited one is its parent's
             return keeper
 
-    def _call(self, *message: Any) -> Any:
+    def _call(self, method: str, args: StoreArgs) -> Any:
         process = self._process
         assert process.stdin is not None and process.stdout is not None
+        timeout = 2 * args["timeout_ms"] / 1000 + REPLY_SLACK
         with self._lock:
             try:
-                send(process.stdin, message)
-                status, result = receive(process.stdout)
+                send(process.stdin, (method, dict(args)))
+                status, result = receive(process.stdout, timeout)
+            except TimeoutError as exc:
+                # killed: its late reply would answer the next call; for_this_process starts another
+                stop_process(process, signal.SIGKILL)
+                raise Timeout(f"FoundationDB opener keeper did not answer {method} within {timeout:g} s; "
+                              "killed") from exc
             except (OSError, EOFError, ValueError) as exc:
                 raise Unavailable(f"FoundationDB opener keeper gone ({exc!r})") from exc
         if status != "ok":
@@ -88,7 +98,7 @@ class KeeperClient:
 
     def join(self, args: StoreArgs) -> int:
         """Join ``args``' openers (wiping if none lives); the wipe's revision."""
-        revision = self._call("join", dict(args))
+        revision = self._call("join", args)
         database = _database(args)
         self.joined[database] = self.joined.get(database, 0) + 1
         return int(revision)
@@ -104,8 +114,8 @@ class KeeperClient:
             return
         del keeper.joined[database]
         try:
-            keeper._call("leave", dict(args))
-        except Unavailable:
+            keeper._call("leave", args)
+        except (Unavailable, Timeout):
             pass  # its opener key expires by itself
 
 

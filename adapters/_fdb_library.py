@@ -18,9 +18,11 @@ import importlib
 import os
 import threading
 from types import ModuleType
+from collections.abc import Mapping
 from typing import Any
 
 from dbwrap_py.errors import ConfigError
+from dbwrap_py.options import Options
 
 LIBRARIES = {"real": "fdb", "model": "dbwrap_py.testing.fdb_model"}
 #: the API version of the pinned binding (foundationdb 7.3.x)
@@ -30,6 +32,11 @@ _lock = threading.Lock()
 _loaded: dict[str, tuple[ModuleType, int]] = {}
 _network_pid: int | None = None
 _databases: dict[tuple[str, str], Any] = {}
+
+
+def kind_of(options: Mapping[str, str]) -> str:
+    """The ``fdb_library`` option's value, normalised (``real`` if unset)."""
+    return Options(dict(options)).get_str("fdb_library", "real").strip().lower()
 
 
 def load(kind: str, api_version: int) -> ModuleType:

@@ -186,8 +186,7 @@ class NodeOps:
         def body(tr: Any, _: bool) -> tuple[Any, ...]:
             version = self._own_lease(tr, node, lease)
             value = store.read_record(tr, key)
-            _, expiry = store._lock_state(tr, store.lock_key(key))
-            if expiry > version:
+            if store.lock_expiry(tr, key) > version:
                 return ("elsewhere", None, f"{key!r} is locked by a process")
             owner = holder(tr, store, key, version)
             if owner is not None:
@@ -212,9 +211,8 @@ class NodeOps:
                 if lease_expiry(tr, keys, held[2], held[1]) > version:
                     return None
                 _bury(tr, keys, held[2], held[1])
-            for kv in tr.get_range(store.locks + inside, fs.prefix_end(store.locks + inside)):
-                if fs._LOCK.unpack(bytes(kv.value))[1] > version:
-                    return None  # a process holds a record lock in it
+            if store.bucket_locked(tr, bucket, version):
+                return None  # a process holds a record lock in it
             for kv in tr.get_range(keys.locks + inside, fs.prefix_end(keys.locks + inside)):
                 _, other_lease, other = _held(bytes(kv.value))  # type: ignore[misc]
                 if lease_expiry(tr, keys, other, other_lease) > version:

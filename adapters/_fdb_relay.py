@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import marshal
 import os
+import select
+import signal
 import struct
 import subprocess
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
 from dbwrap_py import errors
-from dbwrap_py.errors import DbwrapError, Unavailable
-from dbwrap_py.servers import dying_with_parent
+from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
+from dbwrap_py.servers import dying_with_parent, stop_process
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb import StoreArgs
 
 _HEADER = struct.Struct(">I")
+#: beyond the longest a call may take by its own limits, before its relay counts as hung
+REPLY_SLACK = 10.0
 #: the FdbStore methods a relay answers
 METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release", "get", "scan_page",
                      "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close",
@@ -41,7 +45,12 @@ def send(stream: IO[bytes], message: Any) -> None:
     stream.flush()
 
 
-def receive(stream: IO[bytes]) -> Any:
+def receive(stream: IO[bytes], timeout: float | None = None) -> Any:
+    """The next frame; TimeoutError if none starts within ``timeout``. (The
+    select sees the pipe, not the reader's buffer: that is empty between
+    frames, since each call gets exactly one reply.)"""
+    if timeout is not None and not select.select([stream], [], [], timeout)[0]:
+        raise TimeoutError(f"no reply within {timeout:g} s")
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         raise EOFError
@@ -50,10 +59,15 @@ def receive(stream: IO[bytes]) -> Any:
 
 
 class RelayStore:
-    """FdbStore's methods, run in a relay process of this process's own."""
+    """FdbStore's methods, run in a relay process of this process's own.
+    ``longest_call``: the most a call may take by its own limits (the
+    operation and transaction timeouts); a relay silent for REPLY_SLACK
+    beyond it is killed, the call fails with Timeout, and ``gone`` is set."""
 
-    def __init__(self, args: StoreArgs) -> None:
+    def __init__(self, args: StoreArgs, longest_call: float) -> None:
         self._pid = os.getpid()
+        self._reply_timeout = longest_call + REPLY_SLACK
+        self.gone = False
         try:
             self._process = subprocess.Popen(
                 dying_with_parent([sys.executable, "-m", "dbwrap_py.adapters._fdb_relay"]),
@@ -67,8 +81,14 @@ class RelayStore:
         assert process.stdin is not None and process.stdout is not None
         try:
             send(process.stdin, (method, args))
-            status, result = receive(process.stdout)
+            status, result = receive(process.stdout, self._reply_timeout)
+        except TimeoutError as exc:
+            self.gone = True
+            stop_process(process, signal.SIGKILL)  # its late reply would answer the next call
+            raise Timeout(f"FoundationDB relay process did not answer {method} "
+                          f"within {self._reply_timeout:g} s; killed") from exc
         except (OSError, EOFError, ValueError) as exc:
+            self.gone = True
             raise Unavailable(f"FoundationDB relay process gone ({exc!r})") from exc
         if status == "ok":
             return result

@@ -203,6 +203,16 @@ class FdbStore:
         raw = value_of(tr.get(key))
         return _LOCK.unpack(raw) if raw is not None else (0, 0)
 
+    def lock_expiry(self, tr: Any, key: bytes) -> int:
+        """The read version at which ``key``'s record lock expires (0: none)."""
+        return self._lock_state(tr, self.lock_key(key))[1]
+
+    def bucket_locked(self, tr: Any, bucket: int, version: int) -> bool:
+        """Does a process hold a record lock, live at ``version``, in ``bucket``?"""
+        inside = self.locks + bytes([bucket])
+        return any(_LOCK.unpack(bytes(kv.value))[1] > version
+                   for kv in tr.get_range(inside, prefix_end(inside)))
+
     def landed(self, tr: Any, write_id: bytes) -> bool:
         """Did the write that ``sign``ed with ``write_id`` commit? (Asked after a 1021.)"""
         return value_of(tr.get(self.receipt)) == write_id

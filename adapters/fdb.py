@@ -113,21 +113,14 @@ class FdbAdapter(LeasedAdapter):
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
-        self.library = options.get_str("fdb_library", "real").strip().lower()
-        self.api_version = options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13)
-        self.cluster_file = options.get_str("cluster_file", "") or None  # None: fdb's default
-        prefix = options.get_str("prefix", DEFAULT_PREFIX)
-        if not prefix:
-            raise ConfigError("option prefix must not be empty")
-        self.prefix = prefix.encode()
-        #: per FoundationDB transaction, retries included (fdb's transaction timeout option)
-        self.transaction_timeout = options.get_float("transaction_timeout", 5.0, minimum=0.0)
-        self.retry_limit = options.get_int("retry_limit", 100, minimum=-1)
+        self._base_args = base_store_args(options)
+        self.library = self._base_args["library"]
+        self.prefix = self._base_args["prefix"]
         self.page_size = options.get_int("page_size", DEFAULT_PAGE_SIZE, minimum=1)
         refuse_unsafe_node_cache(self.library, options)
         # selects the API version and loads libfdb_c now, so a missing library fails the
         # open with its name; the network thread is not started here (see the docstring)
-        self.fdb = library.load(self.library, self.api_version)
+        self.fdb = library.load(self.library, self._base_args["api_version"])
         self.capabilities = self.declared_capabilities(options)
         self._store_pid = -1
         self._store: FdbStore | RelayStore | None = None
@@ -154,26 +147,28 @@ class FdbAdapter(LeasedAdapter):
     # -- the store of this process -------------------------------------------
 
     def store(self) -> FdbStore | RelayStore:
-        if self._store is not None and self._store_pid == os.getpid():
+        if self._store is not None and self._store_pid == os.getpid() and not self._relay_gone():
             return self._store
         if self._closed:
             raise Unavailable("the database is closed")
         args = self.store_arguments()
         if library.started_elsewhere() is not None:
-            store: FdbStore | RelayStore = RelayStore(args)  # our inherited network is not ours
+            # our inherited network is not ours
+            store: FdbStore | RelayStore = RelayStore(args, self.op_timeout + args["timeout_ms"] / 1000)
         else:
             store = open_store(self.fdb, args)
         self._store, self._store_pid = store, os.getpid()
         return store
 
+    def _relay_gone(self) -> bool:
+        """A relay that died or hung is replaced on the next call (its record
+        locks lapse with their leases)."""
+        return isinstance(self._store, RelayStore) and self._store.gone
+
     def store_arguments(self) -> StoreArgs:
         """What a process needs to open this database's store (a relay gets it too)."""
-        return {"library": self.library, "api_version": self.api_version,
-                "cluster_file": self.cluster_file, "prefix": self.prefix,
-                "db": self.spec.cluster_name.encode(), "volatile": not self.spec.persistent,
-                "timeout_ms": int(self.transaction_timeout * 1000), "retry_limit": self.retry_limit,
-                "join": not self._kept,
-                "opener_ttl": _fdb_store.OPENER_TTL}
+        return {**self._base_args, "db": self.spec.cluster_name.encode(),
+                "volatile": not self.spec.persistent, "join": not self._kept}
 
     # -- the primitives (dbwrap_py.leased) ----------------------------------------
 
@@ -322,16 +317,9 @@ class FdbAdapter(LeasedAdapter):
     @classmethod
     def node_store(cls, options: Options) -> nodes.FdbNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter fdb``), on its own network."""
-        kind = options.get_str("fdb_library", "real").strip().lower()
-        refuse_unsafe_node_cache(kind, options, agent=True)
-        api = options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13)
-        fdb = library.load(kind, api)
-        base: StoreArgs = {
-            "library": kind, "api_version": api, "cluster_file": options.get_str("cluster_file", "") or None,
-            "prefix": options.get_str("prefix", DEFAULT_PREFIX).encode(), "db": b"", "volatile": True,
-            "timeout_ms": int(options.get_float("transaction_timeout", 5.0, minimum=0.0) * 1000),
-            "retry_limit": options.get_int("retry_limit", 100, minimum=-1), "join": False,
-            "opener_ttl": _fdb_store.OPENER_TTL}
+        base = base_store_args(options)
+        refuse_unsafe_node_cache(base["library"], options, agent=True)
+        fdb = library.load(base["library"], base["api_version"])
         return nodes.FdbNodeStore(lambda db: open_store(fdb, {**base, "db": db}),
                                   options.get_float("op_timeout", 30.0, minimum=0.0))
 
@@ -346,14 +334,13 @@ class FdbAdapter(LeasedAdapter):
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
         caps = super().declared_capabilities(options)
         notes = (*caps.notes, "record lock expiry is judged in FoundationDB read versions")
-        if Options(dict(options)).get_str("fdb_library", "real").strip().lower() == "model":
+        if library.kind_of(options) == "model":
             notes = (MODEL_NOTE, *notes)
         return dataclasses.replace(caps, notes=notes)
 
     @classmethod
     def target_label(cls, name: str, options: Mapping[str, str]) -> str:
-        model = Options(dict(options)).get_str("fdb_library", "real").strip().lower() == "model"
-        return f"{name} (model)" if model else name
+        return f"{name} (model)" if library.kind_of(options) == "model" else name
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
@@ -362,7 +349,7 @@ class FdbAdapter(LeasedAdapter):
         None when a cluster file is given or fdb's default one exists, and
         otherwise ServerError (so the suite and the benchmarks skip with the
         reason instead of failing every check)."""
-        kind = options.get("fdb_library", "real").strip().lower()
+        kind = library.kind_of(options)
         if options.get("cluster_file"):
             return None
         if kind == "model":
@@ -377,6 +364,22 @@ class FdbAdapter(LeasedAdapter):
                               "exist; a FoundationDB server cannot be started here), or "
                               "-o fdb_library=model for the model of FoundationDB")
         return None
+
+
+def base_store_args(options: Options) -> StoreArgs:
+    """The store arguments every database of these options shares (db,
+    volatile and join are the database's own)."""
+    prefix = options.get_str("prefix", DEFAULT_PREFIX)
+    if not prefix:
+        raise ConfigError("option prefix must not be empty")
+    # transaction_timeout is per FoundationDB transaction, retries included
+    return {"library": library.kind_of(options),
+            "api_version": options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13),
+            "cluster_file": options.get_str("cluster_file", "") or None,  # None: fdb's default
+            "prefix": prefix.encode(), "db": b"", "volatile": True,
+            "timeout_ms": int(options.get_float("transaction_timeout", 5.0, minimum=0.0) * 1000),
+            "retry_limit": options.get_int("retry_limit", 100, minimum=-1), "join": False,
+            "opener_ttl": _fdb_store.OPENER_TTL}
 
 
 def refuse_unsafe_node_cache(kind: str, options: Options, agent: bool = False) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ import dbwrap_py.testing.fdb_model as fdb_model
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.adapters.fdb import FdbAdapter
 from dbwrap_py.database import Database, open_database
-from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter
+from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter, Timeout
 from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 
@@ -480,3 +482,77 @@ def test_with_the_node_cache_the_parent_still_starts_no_network(cluster_file: Pa
         reader = open_fdb(cluster_file, str(tmp_path / "cached.tdb"))
         assert reader.adapter.get(b"k") == b"from the child"  # asked of node0's agent
         reader.close()
+
+
+def test_a_hung_relay_fails_the_call_in_time_and_is_replaced(cluster_file: Path, tmp_path: Path) -> None:
+    db = open_fdb(cluster_file, str(tmp_path / "hung-relay.tdb"),
+                  extra=("op_timeout=1", "transaction_timeout=1"))
+    db.adapter.get(b"k")  # the network runs here: a child needs a relay
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        report = "unexpected"
+        try:
+            from dbwrap_py.adapters import _fdb_relay
+
+            _fdb_relay.REPLY_SLACK = 0.5  # the call may take op_timeout + transaction_timeout + this
+            db.adapter.get(b"k")
+            hung = db.adapter.store()._process.pid
+            os.kill(hung, signal.SIGSTOP)
+            began = time.monotonic()
+            try:
+                db.adapter.get(b"k")
+                report = "the call through a stopped relay returned"
+            except Timeout:
+                waited = time.monotonic() - began
+                db.adapter.put_unlock(b"k", b"after") if db.adapter.lock_get(b"k") is None else None
+                replaced = db.adapter.store()._process.pid != hung
+                report = f"{waited:.2f} {replaced} {exited(hung)}"
+        except BaseException as exc:  # reported to the parent, which fails the test
+            report = repr(exc)
+        finally:
+            os.write(write_end, report.encode())
+            os._exit(0)
+    os.close(write_end)
+    if not select.select([read_end], [], [], 30)[0]:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the call through a stopped relay did not return in 30 s")
+    report = os.read(read_end, 1024).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    waited, replaced, killed = report.split()  # fails with the child's report otherwise
+    assert 2.4 < float(waited) < 6, report  # 1 s + 1 s + 0.5 s, then the kill
+    assert (replaced, killed) == ("True", "True"), report
+    assert db.adapter.get(b"k") == b"after"
+    db.close()
+
+
+KEEPER_STOPPED = """
+import os, signal, sys
+from dbwrap_py.adapters import _fdb_keeper
+from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.database import open_database
+from dbwrap_py.errors import Timeout
+
+def open_one(i):
+    return open_database(sys.argv[2] + str(i), 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                         ["fdb_library=model", "cluster_file=" + sys.argv[1], "transaction_timeout=1"])
+
+open_one(0)
+_fdb_keeper.REPLY_SLACK = 0.5
+hung = KeeperClient._current._process.pid
+os.kill(hung, signal.SIGSTOP)
+try:
+    open_one(1)
+    print("the open through a stopped keeper returned")
+except Timeout as exc:
+    open_one(2)  # a new keeper
+    print("timeout", KeeperClient._current._process.pid != hung, flush=True)
+"""
+
+
+def test_a_hung_keeper_fails_the_open_in_time_and_is_replaced(cluster_file: Path, tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", KEEPER_STOPPED, str(cluster_file), str(tmp_path / "k")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["timeout", "True"], out.stdout + out.stderr

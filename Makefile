@@ -35,7 +35,8 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
+	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -111,13 +112,14 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
 test-fast: all test-c test-memcheck test-python test-conformance test-smb
 
 test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados \
-	test-torture-cassandra
+	test-torture-cassandra test-torture-fdb-model
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, and smbtorture on the node-cache
 # configurations `make test` leaves out. `make soak-etcd` is separate (~30 min).
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla
+	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla \
+	test-torture-fdb-model-cache
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -188,6 +190,14 @@ test-torture-rados-cache: all
 # The same suites with smbd's volatile databases on a throwaway Cassandra.
 test-torture-cassandra: all
 	$(VPY) -m dbwrap_py.cli torture --adapter cassandra
+
+# smbtorture on the model of FoundationDB (a throwaway model server; not
+# FoundationDB, which cannot run here), without and with the node cache.
+test-torture-fdb-model: all
+	$(VPY) -m dbwrap_py.cli torture --adapter fdb -o fdb_library=model
+
+test-torture-fdb-model-cache: all
+	$(VPY) -m dbwrap_py.cli torture --adapter fdb -o fdb_library=model -o node_cache=yes
 
 # smbtorture on cassandra with the node cache (a throwaway node agent).
 test-torture-cassandra-cache: all
@@ -284,6 +294,21 @@ bench-cassandra: all $(MICRO_BIN)
 		--json $(RESULTS)/bench-memory-cassandra.json
 	$(VPY) -m dbwrap_py.cli bench micro --adapters cassandra --time 1 \
 		--json $(RESULTS)/bench-micro-cassandra.json
+
+# fdb on the model of FoundationDB (a throwaway model server), labelled
+# "fdb (model)": its figures are the model's, never FoundationDB's. Against
+# native tdb, two paired rounds per point, without and with the node cache;
+# memory and threads per smbd process; round trips per dbwrap operation.
+bench-fdb-model: all $(MICRO_BIN)
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench smb --adapters fdb -o fdb:fdb_library=model --nprocs 1,4,16,64 \
+		--time 8 --rounds 2 --json $(RESULTS)/bench-smb-fdb-model.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters fdb -o fdb:fdb_library=model -o fdb:node_cache=yes \
+		--nprocs 1,4,16,64 --time 8 --rounds 2 --json $(RESULTS)/bench-smb-fdb-model-cache.json
+	$(VPY) -m dbwrap_py.cli bench memory --adapters fdb -o fdb:fdb_library=model --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory-fdb-model.json
+	$(VPY) -m dbwrap_py.cli bench micro --adapters fdb -o fdb:fdb_library=model --time 1 \
+		--json $(RESULTS)/bench-micro-fdb-model.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

@@ -249,14 +249,17 @@ def _cmd_torture(args: argparse.Namespace) -> int:
 
 def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
     from dbwrap_py import smbtorture
+    from dbwrap_py.bench.targets import display_name
 
     suites = args.suite or list(smbtorture.SUITES)
-    header = f"{'suite.subtest':<60} {'native':<10} {'bridge+' + args.adapter:<12} note"
+    bridged = "bridge+" + display_name(setup.adapter, setup.adapter_options)  # fdb (model) says so
+    width = max(12, len(bridged))
+    header = f"{'suite.subtest':<60} {'native':<10} {bridged:<{width}} note"
 
     def show(c: smbtorture.Comparison) -> None:
         print(f"\n{c.suite}: native {c.native.seconds:.0f}s, bridge {c.bridge.seconds:.0f}s\n{header}")
         for name, native, bridge, note in c.rows():
-            print(f"{c.suite + '.' + name:<60} {native:<10} {bridge:<12} {note}")
+            print(f"{c.suite + '.' + name:<60} {native:<10} {bridge:<{width}} {note}")
             for line in c.causes.get(name, ()):
                 print(f"      {line}")
         sys.stdout.flush()
@@ -266,7 +269,7 @@ def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
     bridge_ok = sum(sum(r == "success" for r in c.bridge.results.values()) for c in comparisons)
     regressions = [f"{c.suite}.{n}" for c in comparisons for n in c.regressions]
     flaky = [f"{c.suite}.{n}" for c in comparisons for n in c.flaky]
-    print(f"\nsubtests passing: native {native_ok}, bridge+{args.adapter} {bridge_ok}")
+    print(f"\nsubtests passing: native {native_ok}, {bridged} {bridge_ok}")
     for name, why in smbtorture.EXCLUDED.items():
         print(f"excluded: {name}: {why}")
     if flaky:

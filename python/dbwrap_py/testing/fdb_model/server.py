@@ -303,7 +303,9 @@ class ModelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 def serve(path: str, too_old_seconds: float = 5.0) -> None:
     if os.path.exists(path):
         os.unlink(path)
-    old = os.umask(0o077)  # only this user's processes may reach the store
+    # any local user may connect, as to a real cluster's TCP port: smbd's
+    # children run their first operation as the connected user
+    old = os.umask(0)
     try:
         server = ModelServer(path, _handler(Store(too_old_seconds)))
     finally:

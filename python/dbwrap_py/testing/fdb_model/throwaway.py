@@ -24,6 +24,7 @@ def model_server(too_old_seconds: float = 5.0, startup_timeout: float = 20.0) ->
     """A model server in a temporary directory; yields its cluster file
     (``dbwrap_py_fdb_model@unix:<socket>``)."""
     with tempfile.TemporaryDirectory(prefix="fdb-model-") as tmp:
+        os.chmod(tmp, 0o755)  # smbd's children read the cluster file as the connected user
         sock = os.path.join(tmp, "model.sock")
         cluster_file = Path(tmp) / "fdb.cluster"
         cluster_file.write_text(f"{DESCRIPTION}@unix:{sock}\n")

@@ -32,7 +32,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Any
 
-from dbwrap_py.adapters._fdb_relay import receive, send
+from dbwrap_py.adapters._fdb_relay import RemoteStore, answer, error_reply, raise_reply, receive, send
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.servers import stop_process
 
@@ -77,13 +77,16 @@ class KeeperClient:
                 keeper = cls._current = cls(opener_ttl)  # a forked child's inherited one is its parent's
             return keeper
 
-    def _call(self, method: str, args: StoreArgs) -> Any:
+    def _call(self, method: str, args: StoreArgs, call: tuple[str, tuple[Any, ...]] | None = None,
+              longest: float = 0.0) -> Any:
+        """``method`` (join, leave, or call: ``call`` on the database's store,
+        which may take ``longest`` by its own limits) in the keeper."""
         process = self._process
         assert process.stdin is not None and process.stdout is not None
-        timeout = 2 * args["timeout_ms"] / 1000 + REPLY_SLACK
+        timeout = 2 * args["timeout_ms"] / 1000 + longest + REPLY_SLACK
         with self._lock:
             try:
-                send(process.stdin, (method, dict(args)))
+                send(process.stdin, (method, (dict(args), call)))
                 status, result = receive(process.stdout, timeout)
             except TimeoutError as exc:
                 # killed: its late reply would answer the next call; for_this_process starts another
@@ -92,9 +95,7 @@ class KeeperClient:
                               "killed") from exc
             except (OSError, EOFError, ValueError) as exc:
                 raise Unavailable(f"FoundationDB opener keeper gone ({exc!r})") from exc
-        if status != "ok":
-            raise Unavailable(f"FoundationDB opener keeper: {result}")
-        return result
+        return raise_reply(status, result, "FoundationDB opener keeper")
 
     def join(self, args: StoreArgs) -> int:
         """Join ``args``' openers (wiping if none lives); the wipe's revision."""
@@ -126,23 +127,35 @@ class _Keeper:
     def __init__(self, parent: int, opener_ttl: float) -> None:
         self.parent = parent
         self.opener_ttl = opener_ttl
+        #: the databases whose openers it joined
         self.stores: dict[tuple[Any, ...], FdbStore] = {}
+        #: stores it only runs calls on (persistent databases), kept until it exits
+        self.served: dict[tuple[Any, ...], FdbStore] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
 
-    def join(self, args: StoreArgs) -> int:
-        from dbwrap_py.adapters import _fdb_library as library
-        from dbwrap_py.adapters.fdb import open_store
-
+    def join(self, args: StoreArgs, _: None) -> int:
         with self.lock:
             store = self.stores.get(_database(args))
             if store is None:
-                store = open_store(library.load(args["library"], args["api_version"]), {**args, "join": False})
+                store = _open(args)
                 store.join_openers()
                 self.stores[_database(args)] = store
             return store.wipe_revision
 
-    def leave(self, args: StoreArgs) -> None:
+    def call(self, args: StoreArgs, call: tuple[str, tuple[Any, ...]]) -> Any:
+        """One of the store's methods, for a process that must not start the network."""
+        database = _database(args)
+        with self.lock:
+            store = self.stores.get(database) or self.served.get(database)
+            if store is None:
+                store = self.served[database] = _open(args)
+        method, method_args = call
+        if method == "close":
+            return None  # joined: its leave closes it; served: kept, for the process's other opens
+        return answer(store, method, method_args)
+
+    def leave(self, args: StoreArgs, _: None) -> None:
         with self.lock:
             store = self.stores.pop(_database(args), None)
         if store is not None:
@@ -167,17 +180,43 @@ class _Keeper:
                 self.stop.set()  # the parent and every child holding the pipe are gone
                 return
             try:
-                reply: tuple[str, Any] = ("ok", getattr(self, method)(args) if method in ("join", "leave")
-                                          else None)
-            except Exception as exc:  # the opener sees it as Unavailable, with this text
-                reply = ("err", f"{type(exc).__name__}: {exc}")
+                if method not in ("join", "leave", "call"):
+                    raise Unavailable(f"opener keeper: no method {method!r}")
+                reply: tuple[str, Any] = ("ok", getattr(self, method)(*args))
+            except Exception as exc:  # the opener raises it: ours typed, others as Unavailable
+                reply = error_reply(exc)
             send(stdout, reply)
 
     def leave_all(self) -> None:
         with self.lock:
-            stores, self.stores = list(self.stores.values()), {}
+            stores, self.stores = [*self.stores.values(), *self.served.values()], {}
+            self.served = {}
         for store in stores:
             store.close()  # clears its opener key: a dead process is no opener
+
+
+def _open(args: StoreArgs) -> FdbStore:
+    from dbwrap_py.adapters import _fdb_library as library
+    from dbwrap_py.adapters.fdb import open_store
+
+    return open_store(library.load(args["library"], args["api_version"]), {**args, "join": False})
+
+
+class KeeperStore(RemoteStore):
+    """FdbStore's methods for a database the calling process opened, run in
+    that process's keeper: a process that opened a database never starts
+    the network itself, since it may fork next (smbd's parent runs a few
+    operations, such as smbXsrv_version_global_init, then forks every
+    child). Its children start their own."""
+
+    def __init__(self, args: StoreArgs, longest_call: float) -> None:
+        self._args = args
+        self._longest = longest_call
+
+    def _call(self, method: str, *args: Any) -> Any:
+        # a keeper that hung and was killed is replaced here
+        keeper = KeeperClient.for_this_process(self._args["opener_ttl"])
+        return keeper._call("call", self._args, (method, args), self._longest)
 
 
 def main(parent: int, opener_ttl: float) -> None:

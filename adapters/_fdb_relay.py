@@ -36,7 +36,7 @@ REPLY_SLACK = 10.0
 #: the FdbStore methods a relay answers
 METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release", "get", "scan_page",
                      "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close",
-                     "ownership"})
+                     "ownership", "round_trips"})
 
 
 def send(stream: IO[bytes], message: Any) -> None:
@@ -58,7 +58,57 @@ def receive(stream: IO[bytes], timeout: float | None = None) -> Any:
     return marshal.loads(stream.read(length))
 
 
-class RelayStore:
+def raise_reply(status: str, result: Any, who: str) -> Any:
+    """A reply's result, or its error raised: typed as sent, if one of ours."""
+    if status == "ok":
+        return result
+    kind, message = result
+    error = getattr(errors, kind, None)
+    if isinstance(error, type) and issubclass(error, DbwrapError):
+        raise error(message)
+    raise Unavailable(f"{who}: {kind}: {message}")
+
+
+def error_reply(exc: Exception) -> tuple[str, Any]:
+    return ("err", (type(exc).__name__, str(exc)))
+
+
+def answer(store: Any, method: str, args: Any) -> Any:
+    """``store``'s method called, or its attribute read (round_trips)."""
+    if method not in METHODS:
+        raise Unavailable(f"no method {method!r}")
+    attribute = getattr(store, method)
+    return attribute(*args) if callable(attribute) else attribute
+
+
+class RemoteStore:
+    """FdbStore's methods, run in another process of this process's own
+    (``_call``: one call there, its reply or error)."""
+
+    def _call(self, method: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, method: str) -> Any:
+        if method not in METHODS:
+            raise AttributeError(method)
+        return lambda *args: self._call(method, *args)
+
+    @property
+    def round_trips(self) -> int:
+        return int(self._call("round_trips"))
+
+    def scan_page(self, after: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        records, following = self._call("scan_page", after, limit)
+        return [tuple(r) for r in records], following  # type: ignore[misc]
+
+    def take_lease(self, *args: Any) -> tuple[bool, bytes | None]:
+        return tuple(self._call("take_lease", *args))  # type: ignore[return-value]
+
+    def get(self, key: bytes) -> tuple[bytes | None, bool]:
+        return tuple(self._call("get", key))  # type: ignore[return-value]
+
+
+class RelayStore(RemoteStore):
     """FdbStore's methods, run in a relay process of this process's own.
     ``longest_call``: the most a call may take by its own limits (the
     operation and transaction timeouts); a relay silent for REPLY_SLACK
@@ -90,28 +140,7 @@ class RelayStore:
         except (OSError, EOFError, ValueError) as exc:
             self.gone = True
             raise Unavailable(f"FoundationDB relay process gone ({exc!r})") from exc
-        if status == "ok":
-            return result
-        kind, message = result
-        error = getattr(errors, kind, None)
-        if isinstance(error, type) and issubclass(error, DbwrapError):
-            raise error(message)
-        raise Unavailable(f"FoundationDB relay: {kind}: {message}")
-
-    def __getattr__(self, method: str) -> Any:
-        if method not in METHODS:
-            raise AttributeError(method)
-        return lambda *args: self._call(method, *args)
-
-    def scan_page(self, after: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
-        records, following = self._call("scan_page", after, limit)
-        return [tuple(r) for r in records], following  # type: ignore[misc]
-
-    def take_lease(self, *args: Any) -> tuple[bool, bytes | None]:
-        return tuple(self._call("take_lease", *args))  # type: ignore[return-value]
-
-    def get(self, key: bytes) -> tuple[bytes | None, bool]:
-        return tuple(self._call("get", key))  # type: ignore[return-value]
+        return raise_reply(status, result, "FoundationDB relay")
 
     def close(self) -> None:
         if os.getpid() != self._pid or self._process.poll() is not None:
@@ -145,15 +174,13 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
                 (given,) = args
                 store = open_store(library.load(given["library"], given["api_version"]), given)
                 result: Any = None
-            elif method in METHODS and store is not None:
-                result = getattr(store, method)(*args)
+            elif store is not None:
+                result = answer(store, method, args)
             else:
-                raise Unavailable(f"relay: no method {method!r} (or no store yet)")
+                raise Unavailable("relay: no store yet")
             reply: tuple[str, Any] = ("ok", result)
-        except DbwrapError as exc:
-            reply = ("err", (type(exc).__name__, str(exc)))
-        except Exception as exc:  # reported to the caller, which raises it as Unavailable
-            reply = ("err", (type(exc).__name__, str(exc)))
+        except Exception as exc:  # reported to the caller: ours typed, others as Unavailable
+            reply = error_reply(exc)
         send(stdout, reply)
     if store is not None:
         store.close()

@@ -20,11 +20,13 @@ transaction. A commit that ends in 1021 commit_unknown_result is retried
 only if its receipt says it did not land.
 
 Fork: libfdb_c's network thread starts once per process and does not
-survive fork(). It is started lazily, on a process's first operation, never
-at open (smbd's parent opens the databases, then forks). A child forked
-after its parent started it does not touch it: it runs its operations in a
-relay process of its own (``_fdb_relay``: a fresh interpreter, started with
-exec, with a network of its own).
+survive fork(). The process that opened a database never starts it: it may
+fork next, as smbd's parent does after a few operations of its own
+(smbXsrv_version_global_init). Its operations run in its keeper
+(``_fdb_keeper``: one exec'd process with a network of its own), and each
+forked child starts its own network on its first operation. A child forked
+after its parent started the network anyway does not touch it: it runs its
+operations in a relay process of its own (``_fdb_relay``).
 
 TDB_CLEAR_IF_FIRST, as tdb: a volatile database is wiped at open when no
 process that opened it lives. A process whose network runs joins the openers
@@ -53,8 +55,8 @@ from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _fdb_library as library
 from dbwrap_py.adapters import _fdb_ownership as nodes
 from dbwrap_py.adapters import _fdb_store
-from dbwrap_py.adapters._fdb_keeper import KeeperClient
-from dbwrap_py.adapters._fdb_relay import RelayStore
+from dbwrap_py.adapters._fdb_keeper import KeeperClient, KeeperStore
+from dbwrap_py.adapters._fdb_relay import RelayStore, RemoteStore
 from dbwrap_py.adapters._fdb_store import FdbStore
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported, Timeout, Unavailable
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
@@ -123,7 +125,8 @@ class FdbAdapter(LeasedAdapter):
         self.fdb = library.load(self.library, self._base_args["api_version"])
         self.capabilities = self.declared_capabilities(options)
         self._store_pid = -1
-        self._store: FdbStore | RelayStore | None = None
+        self._store: FdbStore | RemoteStore | None = None
+        self._opener_pid = os.getpid()
         self._txn: _Txn | None = None
         self._closed = False
         self._kept = False  # this process's opener keeper holds its place among the openers
@@ -146,15 +149,23 @@ class FdbAdapter(LeasedAdapter):
 
     # -- the store of this process -------------------------------------------
 
-    def store(self) -> FdbStore | RelayStore:
+    def store(self) -> FdbStore | RemoteStore:
+        """Where this process's operations run: in the process, on its own
+        network (a forked child: the network starts here); in its keeper
+        (the process that opened the database, which may fork next, as
+        smbd's parent does); or in a relay (a child forked after its parent
+        started the network anyway)."""
         if self._store is not None and self._store_pid == os.getpid() and not self._relay_gone():
             return self._store
         if self._closed:
             raise Unavailable("the database is closed")
         args = self.store_arguments()
+        longest_call = self.op_timeout + args["timeout_ms"] / 1000
+        store: FdbStore | RemoteStore
         if library.started_elsewhere() is not None:
-            # our inherited network is not ours
-            store: FdbStore | RelayStore = RelayStore(args, self.op_timeout + args["timeout_ms"] / 1000)
+            store = RelayStore(args, longest_call)  # our inherited network is not ours
+        elif os.getpid() == self._opener_pid and not library.network_here():
+            store = KeeperStore(args, longest_call)
         else:
             store = open_store(self.fdb, args)
         self._store, self._store_pid = store, os.getpid()

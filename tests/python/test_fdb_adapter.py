@@ -67,10 +67,11 @@ from dbwrap_py.adapters import _fdb_library as library
 from dbwrap_py.database import open_database
 db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                    ["fdb_library=model", "cluster_file=" + sys.argv[1]])
-print("after open:", library._network_pid)
+print("after open:", library._network_pid, flush=True)
 db.adapter.lock_get(b"k")
 db.adapter.put_unlock(b"k", b"parent")
-print("after use:", library._network_pid, type(db.adapter.store()).__name__)
+# flushed before the fork: a child would write a copy of what is still buffered
+print("after use:", library._network_pid, type(db.adapter.store()).__name__, flush=True)
 pid = os.fork()
 if pid == 0:
     print("child reads:", db.adapter.get(b"k"), library._network_pid == os.getpid(),

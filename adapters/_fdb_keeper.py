@@ -221,7 +221,12 @@ class KeeperStore(RemoteStore):
 
 def main(parent: int, opener_ttl: float) -> None:
     keeper = _Keeper(parent, opener_ttl)
-    signal.signal(signal.SIGTERM, lambda *_: keeper.stop.set())
+    # SIGTERM is taken by sigtimedwait below, never by a handler: a handler
+    # that set the stop event could run inside that event's own lock (the
+    # loop's set() below) and deadlock, leaving the keeper alive after its
+    # parent, holding its parent's stderr. Blocked before the threads start,
+    # so they inherit the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     # the frames own stdout: anything printed would corrupt them
@@ -229,10 +234,10 @@ def main(parent: int, opener_ttl: float) -> None:
     os.dup2(2, 1)
     threading.Thread(target=keeper.serve, args=(sys.stdin.buffer, out), daemon=True, name="requests").start()
     threading.Thread(target=keeper.renew, daemon=True, name="renew").start()
-    # the main thread runs the signal handler; the poll covers a parent that
-    # died before prctl, or a signal that did not come
-    while not keeper.stop.wait(PARENT_POLL) and os.getppid() == parent:
-        pass
+    # the poll covers a parent that died before prctl, or a signal that did not come
+    while not keeper.stop.is_set() and os.getppid() == parent:
+        if signal.sigtimedwait({signal.SIGTERM}, PARENT_POLL) is not None:
+            break
     keeper.stop.set()
     keeper.leave_all()
 

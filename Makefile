@@ -21,11 +21,16 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
+# The bridge without Python (what a proxy-mode smbd maps), and the
+# in-process transport, the one part linked with libpython, loaded on demand.
 BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
-              c_bridge/errno_map.c c_bridge/transport_inproc.c c_bridge/inproc_python.c \
-              c_bridge/inproc_native.c c_bridge/py_runtime.c c_bridge/log.c
+              c_bridge/errno_map.c c_bridge/log.c c_bridge/options.c c_bridge/inproc_loader.c \
+              c_bridge/proxy_wire.c c_bridge/proxy_conn.c c_bridge/transport_proxy.c
+INPROC_SRC := c_bridge/transport_inproc.c c_bridge/inproc_python.c c_bridge/inproc_native.c \
+              c_bridge/py_runtime.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
+INPROC_LIB := $(BUILD)/libdbwrap_py_inproc.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
 TEST_BIN   := $(BUILD)/test_dbwrap
 
@@ -35,10 +40,11 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb \
+	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
 
-all: deps venv $(BRIDGE_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
+all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
 deps:
 	@scripts/install-deps.sh
@@ -65,17 +71,21 @@ $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 
 $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
 	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -shared -o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) -ldl -lpthread
+
+$(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \
-		-o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) $(PY_LDFLAGS) -ldl -lpthread
+		-o $@ $(INPROC_SRC) -L$(BUILD) -ldbwrap_py $(SAMBA_LIBS) $(PY_LDFLAGS) \
+		-ldl -lpthread -Wl,-rpath,'$$ORIGIN'
 
 # LD_PRELOAD this into smbd: it takes over db_open (from libsmbconf).
-$(PRELOAD_LIB): c_bridge/preload.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+$(PRELOAD_LIB): c_bridge/preload.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) -shared -o $@ c_bridge/preload.c -L$(BUILD) -ldbwrap_py \
 		-l:libsmbconf.so.0 $(SAMBA_LIBS) -ldl -Wl,-rpath,'$$ORIGIN'
 
 # Links Samba's real dbwrap front end (a private library) against the bridge.
 TEST_SRC := $(wildcard tests/c/*.c)
-$(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB)
+$(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $(TEST_SRC) \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
@@ -83,7 +93,7 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB)
 
 # The conformance suite's driver: every check through Samba's dbwrap front end.
 CHECK_SRC := $(wildcard conformance/*.c)
-$(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB)
+$(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) -Ic_bridge -o $@ $(CHECK_SRC) \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) \
@@ -96,30 +106,32 @@ $(CHECKER_BIN): $(CHECKER_SRC) | deps
 	@mkdir -p $(BUILD)
 	cd conformance/linearizability && go build -buildvcs=false -o $(CURDIR)/$@ .
 
-$(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+$(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-$(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB)
+$(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
 # Everything but the long smbtorture comparisons (what test-fresh runs).
-test-fast: all test-c test-memcheck test-python test-conformance test-smb
+test-fast: all test-c test-memcheck test-python test-conformance test-smb test-fuzz-proxy
 
 test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados \
-	test-torture-cassandra test-torture-fdb-model
+	test-torture-cassandra test-torture-fdb-model test-torture-proxy
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
-# everything in `make test`, the fresh root, and smbtorture on the node-cache
-# configurations `make test` leaves out. `make soak-etcd` is separate (~30 min).
+# everything in `make test`, the fresh root, smbtorture on the node-cache
+# configurations `make test` leaves out, and proxy mode on every adapter.
+# `make soak-etcd` is separate (~30 min).
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla \
-	test-torture-fdb-model-cache
+	test-torture-fdb-model-cache test-conformance-proxy test-fuzz-proxy test-torture-proxy-etcd \
+	test-torture-proxy-rados
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -127,14 +139,15 @@ test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-l
 test-fresh:
 	@scripts/test-fresh.sh
 
-test-c: venv $(TEST_BIN)
-	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(TEST_BIN)
+# bridge+proxy: the tdb adapter in a throwaway node daemon
+test-c: all
+	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(VPY) -m dbwrap_py.proxy.around $(TEST_BIN)
 
 # The C suite and the do_locked value check under valgrind memcheck.
 test-memcheck: all
 	@scripts/memcheck.sh
 
-test-python: venv venv-scylla $(BRIDGE_LIB)
+test-python: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB)
 	$(VPY) -m pytest -q tests/python
 	$(VPY_SCYLLA) -m pytest -q tests/python/test_scylla_dialect.py
 
@@ -161,7 +174,22 @@ test-conformance: all venv-scylla
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
 	$(VPY) -m pytest -q tests/conformance
+
+# The same tables in proxy mode (each run starts a throwaway node daemon):
+# every adapter that can run here, with and without the node cache.
+test-conformance-proxy: all
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2
+	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2
+	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model
+	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all
@@ -170,6 +198,22 @@ test-smb: all
 # smbtorture's smb2 suites, native tdb against bridge+tdb, side by side.
 test-torture: all
 	$(VPY) -m dbwrap_py.cli torture
+
+# Random, truncated and mutated requests at a throwaway node daemon for 30 s:
+# it must stay up, with no record left locked.
+test-fuzz-proxy: all
+	$(VPY) -m dbwrap_py.proxy.fuzz 30
+
+# Proxy mode: the tdb adapter in a throwaway node daemon; smbd maps no Python.
+test-torture-proxy: all
+	$(VPY) -m dbwrap_py.cli torture --adapter tdb -o transport=proxy
+
+# Proxy mode on a throwaway etcd, and on a throwaway Ceph (make test-full).
+test-torture-proxy-etcd: all
+	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy
+
+test-torture-proxy-rados: all
+	$(VPY) -m dbwrap_py.cli torture --adapter rados -o transport=proxy
 
 # The same suites with smbd's volatile databases on a throwaway etcd.
 test-torture-etcd: all

@@ -17,7 +17,9 @@
 #include "dbwrap_py.h"
 #include "deferred_store.h"
 #include "errno_map.h"
+#include "inproc_loader.h"
 #include "log.h"
+#include "options.h"
 #include "transport.h"
 
 typedef NTSTATUS (*db_py_storev_fn)(struct db_record *rec, const TDB_DATA *dbufs,
@@ -488,13 +490,27 @@ static void db_py_set_ops(struct db_context *db)
 	db->id = db_py_id;
 }
 
+/* The `transport` option's choice; NULL, after a log line, for an unknown one. */
+static const struct dbwrap_py_transport *db_py_pick_transport(const char *dbname,
+							      const char *choice)
+{
+	if (choice == NULL || strcmp(choice, "inproc") == 0) {
+		return dbwrap_py_inproc_transport(dbname);
+	}
+	if (strcmp(choice, "proxy") == 0) {
+		return &dbwrap_py_transport_proxy;
+	}
+	dbwrap_py_log(dbname, "open", "transport=%s: not inproc or proxy", choice);
+	return NULL;
+}
+
 struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 			      int hash_size, int tdb_flags, int open_flags,
 			      mode_t mode, enum dbwrap_lock_order lock_order,
 			      uint64_t dbwrap_flags, const char *adapter,
 			      const char *const *options)
 {
-	const struct dbwrap_py_transport *transport = &dbwrap_py_transport_inproc;
+	const struct dbwrap_py_transport *transport;
 	struct dbwrap_py_open_args args = {
 		.name = name, .hash_size = hash_size, .tdb_flags = tdb_flags,
 		.open_flags = open_flags, .mode = mode,
@@ -518,9 +534,16 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 		errno = ENOMEM;
 		return NULL;
 	}
-	ctx->transport = transport;
 	ctx->name = db->name;
 	args.name = db->name;
+	transport = db_py_pick_transport(db->name,
+		dbwrap_py_option_take(ctx, options, "transport", &args.options));
+	if (transport == NULL || args.options == NULL) {
+		errno = (transport == NULL) ? EINVAL : ENOMEM;
+		TALLOC_FREE(db);
+		return NULL;
+	}
+	ctx->transport = transport;
 
 	status = transport->open(ctx, &args, &ctx->backend, &ctx->records);
 	if (!NT_STATUS_IS_OK(status)) {

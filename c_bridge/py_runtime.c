@@ -9,7 +9,8 @@
  *   The child's hook runs os.register_at_fork callbacks, which is how every
  *   open adapter gets after_fork() to drop inherited connections.
  *
- * `runtime` is the interpreter handle, the only global state of the bridge.
+ * `runtime` is the interpreter handle, the in-process transport's only global
+ * state (the proxy transport's is its daemon connections, proxy_conn.c).
  */
 
 /* Python.h first: it defines _GNU_SOURCE, which dladdr() needs */
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "inproc_loader.h"
 #include "log.h"
 
 #ifndef DBWRAP_PY_PYTHON
@@ -37,23 +39,7 @@ static struct {
 	PyGILState_STATE fork_gil;
 	PyObject *open_database;  /* dbwrap_py.database.open_database */
 	PyObject *error_base;     /* dbwrap_py.errors.DbwrapError */
-	char venv[PATH_MAX];         /* from dbwrap_py_configure() */
-	char module_path[PATH_MAX];
 } runtime;
-
-void dbwrap_py_configure(const char *venv, const char *module_path)
-{
-	if (runtime.started) {
-		return;
-	}
-	if (venv != NULL) {
-		snprintf(runtime.venv, sizeof(runtime.venv), "%s", venv);
-	}
-	if (module_path != NULL) {
-		snprintf(runtime.module_path, sizeof(runtime.module_path), "%s",
-			 module_path);
-	}
-}
 
 static void atfork_prepare(void)
 {
@@ -109,8 +95,8 @@ static void choose_program(const char *dbname, char *buf, size_t len)
 	char venv[PATH_MAX];
 	struct stat st;
 
-	if (runtime.venv[0] != '\0') {
-		snprintf(venv, sizeof(venv), "%s", runtime.venv);
+	if (dbwrap_py_configured_venv()[0] != '\0') {
+		snprintf(venv, sizeof(venv), "%s", dbwrap_py_configured_venv());
 	} else if (env != NULL && env[0] != '\0') {
 		snprintf(venv, sizeof(venv), "%s", env);
 	} else if (!venv_next_to_library(venv, sizeof(venv))) {
@@ -199,7 +185,7 @@ static bool add_module_paths_from(const char *env)
 static bool add_module_paths(void)
 {
 	return add_module_paths_from(getenv("DBWRAP_PY_PATH")) &&
-	       add_module_paths_from(runtime.module_path);
+	       add_module_paths_from(dbwrap_py_configured_module_path());
 }
 
 static bool import_framework(const char *dbname)

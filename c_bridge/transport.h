@@ -3,8 +3,9 @@
  *
  * db_ops.c implements struct db_context in terms of these calls and knows
  * nothing of Python. transport_inproc.c runs the adapter in an interpreter
- * embedded in this process; a per-node daemon reached over a unix socket
- * would be one more file implementing the same tables.
+ * embedded in this process; transport_proxy.c reaches it in the node daemon
+ * over a unix socket. The option `transport` (inproc, the default, or
+ * proxy) picks one per database.
  *
  * The hot record operations form a table of their own. A transport may
  * reach records in more than one way (the in-process one: through the
@@ -120,5 +121,6 @@ struct dbwrap_py_transport {
 };
 
 extern const struct dbwrap_py_transport dbwrap_py_transport_inproc;
+extern const struct dbwrap_py_transport dbwrap_py_transport_proxy;
 
 #endif /* DBWRAP_PY_TRANSPORT_H */

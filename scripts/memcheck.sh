@@ -40,7 +40,10 @@ cached() {
     grep -q "4 passed, 0 failed" "$logs/cached.out"
 }
 
-DBWRAP_PY_PATH="$PWD/tests/fixtures" run memcheck build/test_dbwrap
+# the bridge+proxy column's node daemon runs outside valgrind
+DBWRAP_PY_PATH="$PWD/tests/fixtures" run .venv/bin/python -m dbwrap_py.proxy.around -- \
+    env PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no \
+    -q --log-file="$logs/%p.log" build/test_dbwrap
 run check --native
 run check --adapter tdb
 run check --adapter tdb --option native_records=no

@@ -13,6 +13,7 @@
   dbwrap-py cassandra [--nodes 1|3] [--paxos-variant v1|v2] [--auth none|password]
                                            a throwaway Cassandra for the cassandra adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
+  dbwrap-py proxy-daemon --socket PATH [--group G]     proxy mode's node daemon, until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails
@@ -651,6 +652,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dbwrap_py.nodecache.agent import main as agent_main
 
         return agent_main(argv[1:])
+    if argv[:1] == ["proxy-daemon"]:  # its own options and signals: SIGTERM closes it cleanly
+        from dbwrap_py.proxy.daemon import main as proxy_main
+
+        return proxy_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

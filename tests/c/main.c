@@ -3,7 +3,9 @@
  * native tdb and the dbwrap_py bridge, side by side in one run.
  *
  * Usage: test_dbwrap [substring-of-check-name]
- * Set DBWRAP_PY_PATH to tests/fixtures for the misbehaving adapter.
+ * Set DBWRAP_PY_PATH to tests/fixtures for the misbehaving adapter, and
+ * DBWRAP_PY_PROXY_SOCKET to a node daemon's socket for the bridge+proxy
+ * column (the tdb adapter in the daemon): `make test-c` starts one.
  */
 
 #include <Python.h> /* to check that loading the bridge does not start Python */
@@ -17,12 +19,19 @@
 /* the tdb adapter's hot path through its Python methods, not native records */
 static const char *const tdb_python_path[] = { "native_records=no", NULL };
 
+/* the tdb adapter in the node daemon; the socket comes from the environment */
+static char proxy_socket_option[300];
+static const char *const proxy_options[] = {
+	"transport=proxy", proxy_socket_option, "proxy_timeout=20", NULL
+};
+
 static const struct backend backends[] = {
 	{ "native-tdb", NULL, true, NULL },
 	{ "bridge+tdb", "tdb", true, NULL },
 	{ "bridge+tdb-py", "tdb", true, tdb_python_path },
 	{ "bridge+memory", "memory", false, NULL },
 	{ "bridge+sqlite", "sqlite", true, NULL },
+	{ "bridge+proxy", "tdb", true, proxy_options },
 };
 #define NUM_BACKENDS (sizeof(backends) / sizeof(backends[0]))
 
@@ -116,6 +125,12 @@ int main(int argc, char **argv)
 		printf("FAIL: Python started before any database was opened\n");
 		return 1;
 	}
+	if (getenv("DBWRAP_PY_PROXY_SOCKET") == NULL) {
+		printf("FAIL: DBWRAP_PY_PROXY_SOCKET names no node daemon for bridge+proxy\n");
+		return 1;
+	}
+	snprintf(proxy_socket_option, sizeof(proxy_socket_option),
+		 "proxy_socket=%s", getenv("DBWRAP_PY_PROXY_SOCKET"));
 	snprintf(root, sizeof(root), "%s/dbwrap_py_test.XXXXXX", tmp ? tmp : "/tmp");
 	if (mkdtemp(root) == NULL) {
 		perror("mkdtemp");

@@ -37,11 +37,13 @@ def landed_adapters(multi_process_only: bool = False) -> list[str]:
 def display_name(adapter: str, options: Mapping[str, str]) -> str:
     """How results of ``adapter`` run with ``options`` are labelled: its
     ``target_label`` (``fdb (model)`` on the model of FoundationDB), or the
-    name itself for what is not an adapter (``native``)."""
+    name itself for what is not an adapter (``native``); `` via proxy`` when
+    the node daemon runs it (``transport=proxy``)."""
     try:
-        return find_adapter(adapter).target_label(adapter, options)
+        label = find_adapter(adapter).target_label(adapter, options)
     except DbwrapError:
         return adapter
+    return f"{label} via proxy" if options.get("transport") == "proxy" else label
 
 
 def parse_adapters(text: str, multi_process_only: bool = False) -> list[str]:

@@ -9,6 +9,7 @@ JSON line per check.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.adapter import Capabilities
+from dbwrap_py.bench.targets import display_name
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.nodecache.adapter import declared_capabilities
 from dbwrap_py.paths import bridge_environment, build_dir
@@ -87,6 +89,16 @@ def _capability_args(caps: Capabilities) -> list[str]:
     return args
 
 
+def _over_transport(caps: Capabilities, options: Mapping[str, str]) -> Capabilities:
+    """In proxy mode a dead process's record locks are the daemon's to free,
+    at once, whatever the adapter's own lease."""
+    if options.get("transport") != "proxy":
+        return caps
+    return dataclasses.replace(caps, lock_release_seconds=0.0, notes=(
+        *caps.notes, "transport = proxy: the node daemon holds the record locks and frees a "
+                     "process's when its connection closes"))
+
+
 def _all_skipped(adapter: str, only: Sequence[str], why: str) -> SuiteRun:
     checks = [(name, rule) for name, rule in list_checks() if not only or name in only]
     caps = find_adapter(adapter).capabilities
@@ -139,13 +151,13 @@ def run_suite(
                 options = stack.enter_context(backend_options(adapter, options))
             except ServerError as exc:
                 return _all_skipped(adapter, only, f"needs a server, and none could be started: {exc}")
-            caps = declared_capabilities(find_adapter(adapter), options)
+            caps = _over_transport(declared_capabilities(find_adapter(adapter), options), options)
             args += [f"--adapter={adapter}", *_capability_args(caps)]
             args += [f"--option={k}={v}" for k, v in options.items()]
         proc = subprocess.run(args, capture_output=True, text=True, env=env,
                               timeout=SUITE_TIMEOUT_SECONDS)
         log = proc.stderr + _agent_log(options)
-    target = find_adapter(adapter).target_label(adapter, options) if adapter else "native tdb"
+    target = display_name(adapter, options) if adapter else "native tdb"
     run = SuiteRun(target, caps, _parse(proc.stdout), log)
     if proc.returncode != 0:
         raise ConfigError(f"dbwrap_check exited {proc.returncode}: {proc.stderr.strip()}")

@@ -55,13 +55,16 @@ def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> 
 @contextlib.contextmanager
 def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """``options``, plus a throwaway server's endpoint when the adapter can
-    start one and ``options`` name none; the server stops on exit."""
-    server = find_adapter(adapter).throwaway_server(options)
-    if server is None:
-        yield dict(options)
-        return
-    with server as server_options:
-        yield {**options, **server_options}
+    start one and ``options`` name none, and a throwaway proxy daemon's
+    socket for ``transport=proxy`` without ``proxy_socket``; they stop on exit."""
+    with contextlib.ExitStack() as stack:
+        server = find_adapter(adapter).throwaway_server(options)
+        reach = dict(options) if server is None else {**options, **stack.enter_context(server)}
+        if reach.get("transport") == "proxy" and not reach.get("proxy_socket"):
+            from dbwrap_py.proxy.daemon import ProxyDaemonProcess  # its own threads: only when asked
+            daemon = stack.enter_context(ProxyDaemonProcess())
+            reach["proxy_socket"] = str(daemon.socket_path)
+        yield reach
 
 
 def serve_until_stopped(server: AbstractContextManager[_Reach],

@@ -1,0 +1,21 @@
+/*
+ * The bridge's own options among an adapter's "key=value" list: the
+ * transport and its settings are read here, in C, and never reach the
+ * adapter, which refuses names it does not declare.
+ */
+
+#ifndef DBWRAP_PY_OPTIONS_H
+#define DBWRAP_PY_OPTIONS_H
+
+#include "samba_abi.h"
+
+/*
+ * The value of `key` (any case) in `options`, the last one given, or NULL. *rest gets
+ * the list without any `key=` entry: a talloc child of mem_ctx, or NULL if
+ * that allocation failed.
+ */
+const char *dbwrap_py_option_take(TALLOC_CTX *mem_ctx,
+				  const char *const *options, const char *key,
+				  const char *const **rest);
+
+#endif /* DBWRAP_PY_OPTIONS_H */

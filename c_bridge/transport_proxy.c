@@ -1,0 +1,598 @@
+/*
+ * The proxy transport (dbwrap_py:transport = proxy): the adapter runs in the
+ * node daemon (python/dbwrap_py/proxy/), reached over a unix socket, so
+ * this process needs neither Python nor the database's client.
+ *
+ * Options read here, never sent on: proxy_socket (the daemon's socket,
+ * DEFAULT_SOCKET unless given) and proxy_timeout (seconds, DEFAULT_TIMEOUT:
+ * how long any call may wait for its reply, a record lock's wait included).
+ * The rest go to the daemon with the open.
+ *
+ * The record rules (locks per connection, nesting, stores under a lock,
+ * transactions) live in the daemon; this file only carries the calls. A
+ * database opens again by itself on a new connection (after fork, or after
+ * the daemon restarted); what it held on the old one is gone, and the
+ * daemon says so when asked to release it.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "options.h"
+#include "proxy_conn.h"
+#include "transport.h"
+
+#define DEFAULT_SOCKET "/run/dbwrap_py/proxy.sock"
+#define DEFAULT_TIMEOUT_MS 60000
+/* a lock's reply may come this much after the daemon's own wait ends */
+#define LOCK_REPLY_SLACK_MS 5000
+
+struct dbwrap_py_db {
+	const char *name;
+	struct proxy_conn *conn;
+	uint64_t generation; /* the connection's, when `handle` was given */
+	uint32_t handle;
+	unsigned timeout_ms;
+	struct dbwrap_py_open_args args; /* kept, to open again */
+};
+
+/* -- requests --------------------------------------------------------------- */
+
+static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db);
+
+/* A request on db: opened again first if the connection is new. */
+static NTSTATUS proxy_begin(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+			    enum proxy_op op, struct proxy_writer *w)
+{
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (db->generation != proxy_conn_generation(db->conn)) {
+		status = proxy_open_handle(db);
+	}
+	proxy_writer_request(w, mem_ctx, op, db->handle);
+	return status;
+}
+
+static NTSTATUS proxy_send(struct dbwrap_py_db *db, enum proxy_op op,
+			   struct proxy_writer *w, unsigned timeout_ms,
+			   TALLOC_CTX *mem_ctx, struct proxy_reader *r)
+{
+	return proxy_conn_call(db->conn, db->name, op, w, timeout_ms, mem_ctx, r);
+}
+
+/* A reply whose fields are not what the op promises. */
+static NTSTATUS proxy_bad_reply(struct dbwrap_py_db *db, enum proxy_op op)
+{
+	dbwrap_py_log(db->name, proxy_op_name(op),
+		      "malformed reply from the proxy daemon (NTSTATUS 0x%08x)",
+		      (unsigned)NT_STATUS_V(NT_STATUS_INTERNAL_DB_ERROR));
+	return NT_STATUS_INTERNAL_DB_ERROR;
+}
+
+/* An op with no fields either way beyond the ones `put` writes. */
+static NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
+			     void (*put)(struct proxy_writer *w, const void *arg),
+			     const void *arg)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		if (put != NULL) {
+			put(&w, arg);
+		}
+		status = proxy_send(db, op, &w, db->timeout_ms, tmp, &r);
+		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
+			status = proxy_bad_reply(db, op);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static void put_key(struct proxy_writer *w, const void *arg)
+{
+	proxy_put_bytes(w, *(const TDB_DATA *)arg);
+}
+
+static void put_u8(struct proxy_writer *w, const void *arg)
+{
+	proxy_put_u8(w, *(const uint8_t *)arg);
+}
+
+/* -- open / close ----------------------------------------------------------- */
+
+static void put_open_args(struct proxy_writer *w,
+			  const struct dbwrap_py_open_args *a)
+{
+	uint32_t n = 0, i;
+
+	proxy_put_str(w, a->name);
+	proxy_put_u32(w, (uint32_t)a->hash_size);
+	proxy_put_u32(w, (uint32_t)a->tdb_flags);
+	proxy_put_u32(w, (uint32_t)a->open_flags);
+	proxy_put_u32(w, (uint32_t)a->mode);
+	proxy_put_u32(w, (uint32_t)a->lock_order);
+	proxy_put_u64(w, a->dbwrap_flags);
+	proxy_put_str(w, a->adapter != NULL ? a->adapter : "");
+	while (a->options != NULL && a->options[n] != NULL) {
+		n++;
+	}
+	proxy_put_u32(w, n);
+	for (i = 0; i < n; i++) {
+		proxy_put_str(w, a->options[i]);
+	}
+}
+
+/* OPEN on the current connection; the handle it gives is ours until it changes. */
+static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status;
+	uint32_t handle;
+
+	proxy_writer_request(&w, tmp, PROXY_OPEN, 0);
+	put_open_args(&w, &db->args);
+	status = proxy_send(db, PROXY_OPEN, &w, db->timeout_ms, tmp, &r);
+	if (NT_STATUS_IS_OK(status)) {
+		handle = proxy_get_u32(&r);
+		if (!proxy_reader_done(&r) || handle == 0) {
+			status = proxy_bad_reply(db, PROXY_OPEN);
+		} else {
+			db->handle = handle;
+			db->generation = proxy_conn_generation(db->conn);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static int proxy_db_destructor(struct dbwrap_py_db *db)
+{
+	/* on an old connection the handle is gone already */
+	if (db->generation == proxy_conn_generation(db->conn)) {
+		(void)proxy_simple(db, PROXY_CLOSE, NULL, NULL);
+	}
+	return 0;
+}
+
+static bool proxy_parse_timeout(const char *text, unsigned *ms)
+{
+	char *end = NULL;
+	double seconds;
+
+	if (text == NULL) {
+		*ms = DEFAULT_TIMEOUT_MS;
+		return true;
+	}
+	errno = 0;
+	seconds = strtod(text, &end);
+	if (errno != 0 || end == text || *end != '\0' || !(seconds > 0) ||
+	    seconds > 86400) {
+		return false;
+	}
+	*ms = (unsigned)(seconds * 1000);
+	return true;
+}
+
+/* The proxy_* options out of the list: what is left goes to the daemon. */
+static NTSTATUS proxy_take_options(struct dbwrap_py_db *db,
+				   const char **socket_path)
+{
+	const char *const *rest = NULL, *const *after = NULL;
+	const char *timeout;
+
+	*socket_path = dbwrap_py_option_take(db, db->args.options,
+					     "proxy_socket", &rest);
+	timeout = dbwrap_py_option_take(db, rest, "proxy_timeout", &after);
+	if (rest == NULL || after == NULL) {
+		return NT_STATUS_NO_MEMORY;
+	}
+	if (!proxy_parse_timeout(timeout, &db->timeout_ms)) {
+		dbwrap_py_log(db->name, "open",
+			      "proxy_timeout=%s is not a number of seconds in "
+			      "(0, 86400] (NTSTATUS 0x%08x)", timeout,
+			      (unsigned)NT_STATUS_V(NT_STATUS_INVALID_PARAMETER));
+		return NT_STATUS_INVALID_PARAMETER;
+	}
+	if (*socket_path == NULL || **socket_path == '\0') {
+		*socket_path = DEFAULT_SOCKET;
+	}
+	db->args.options = after;
+	return NT_STATUS_OK;
+}
+
+/* -- record operations ------------------------------------------------------ */
+
+/* FETCH or LOCK: the reply is an optional value, handed to fn. */
+static NTSTATUS proxy_read(struct dbwrap_py_db *db, enum proxy_op op,
+			   TDB_DATA key, dbwrap_py_value_fn fn,
+			   void *private_data)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	unsigned timeout = db->timeout_ms;
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+	TDB_DATA value;
+	bool exists;
+
+	if (NT_STATUS_IS_OK(status)) {
+		proxy_put_bytes(&w, key);
+		if (op == PROXY_LOCK) {
+			proxy_put_u32(&w, db->timeout_ms); /* the daemon's wait */
+			timeout += LOCK_REPLY_SLACK_MS;
+		}
+		status = proxy_send(db, op, &w, timeout, tmp, &r);
+	}
+	if (NT_STATUS_IS_OK(status)) {
+		value = proxy_get_opt(&r, &exists);
+		if (proxy_reader_done(&r)) {
+			fn(value, exists, private_data);
+		} else {
+			status = proxy_bad_reply(db, op);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static NTSTATUS proxy_fetch(struct dbwrap_py_db *db, TDB_DATA key,
+			    dbwrap_py_value_fn fn, void *private_data)
+{
+	return proxy_read(db, PROXY_FETCH, key, fn, private_data);
+}
+
+static NTSTATUS proxy_lock(struct dbwrap_py_db *db, TDB_DATA key,
+			   dbwrap_py_value_fn fn, void *private_data)
+{
+	return proxy_read(db, PROXY_LOCK, key, fn, private_data);
+}
+
+/* UNLOCK, with the value to store first when there is one. */
+static NTSTATUS proxy_unlock_storing(struct dbwrap_py_db *db, TDB_DATA key,
+				     const TDB_DATA *value)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, PROXY_UNLOCK, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		proxy_put_bytes(&w, key);
+		proxy_put_u8(&w, value != NULL);
+		if (value != NULL) {
+			proxy_put_bytes(&w, *value);
+		}
+		status = proxy_send(db, PROXY_UNLOCK, &w, db->timeout_ms, tmp, &r);
+		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
+			status = proxy_bad_reply(db, PROXY_UNLOCK);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static NTSTATUS proxy_unlock(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	return proxy_unlock_storing(db, key, NULL);
+}
+
+struct proxy_locked_state {
+	dbwrap_py_locked_fn fn;
+	void *private_data;
+	const TDB_DATA *write;
+};
+
+static void proxy_locked_value(TDB_DATA value, bool exists, void *private_data)
+{
+	struct proxy_locked_state *s = private_data;
+
+	s->write = s->fn(value, exists, s->private_data);
+}
+
+/* do_locked: two round trips, the store riding on the unlock. */
+static NTSTATUS proxy_locked(struct dbwrap_py_db *db, TDB_DATA key,
+			     dbwrap_py_locked_fn fn, void *private_data)
+{
+	struct proxy_locked_state s = { .fn = fn, .private_data = private_data };
+	NTSTATUS status = proxy_lock(db, key, proxy_locked_value, &s);
+
+	return NT_STATUS_IS_OK(status)
+		? proxy_unlock_storing(db, key, s.write) : status;
+}
+
+static NTSTATUS proxy_storev(struct dbwrap_py_db *db, TDB_DATA key,
+			     const TDB_DATA *dbufs, int num_dbufs, int flag)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, PROXY_STORE, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		proxy_put_bytes(&w, key);
+		proxy_put_u32(&w, (uint32_t)flag);
+		proxy_put_bytesv(&w, dbufs, num_dbufs);
+		status = proxy_send(db, PROXY_STORE, &w, db->timeout_ms, tmp, &r);
+		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
+			status = proxy_bad_reply(db, PROXY_STORE);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static NTSTATUS proxy_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	return proxy_simple(db, PROXY_DELETE, put_key, &key);
+}
+
+/* An op whose reply is one number: EXISTS (u8) and SEQNUM (i32). */
+static NTSTATUS proxy_number(struct dbwrap_py_db *db, enum proxy_op op,
+			     const TDB_DATA *key, uint32_t *out)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		if (key != NULL) {
+			proxy_put_bytes(&w, *key);
+		}
+		status = proxy_send(db, op, &w, db->timeout_ms, tmp, &r);
+	}
+	if (NT_STATUS_IS_OK(status)) {
+		*out = (op == PROXY_EXISTS) ? proxy_get_u8(&r) : proxy_get_u32(&r);
+		if (!proxy_reader_done(&r)) {
+			status = proxy_bad_reply(db, op);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static NTSTATUS proxy_exists(struct dbwrap_py_db *db, TDB_DATA key,
+			     bool *exists)
+{
+	uint32_t v = 0;
+	NTSTATUS status = proxy_number(db, PROXY_EXISTS, &key, &v);
+
+	*exists = (v != 0);
+	return status;
+}
+
+static NTSTATUS proxy_seqnum(struct dbwrap_py_db *db, int *seqnum)
+{
+	uint32_t v = 0;
+	NTSTATUS status = proxy_number(db, PROXY_SEQNUM, NULL, &v);
+
+	*seqnum = (int)v;
+	return status;
+}
+
+static const struct dbwrap_py_record_ops proxy_records = {
+	.name = "proxy",
+	.defer_locked_stores = true,
+	.fetch = proxy_fetch,
+	.lock = proxy_lock,
+	.unlock = proxy_unlock,
+	.locked = proxy_locked,
+	.storev = proxy_storev,
+	.delete_rec = proxy_delete_rec,
+	.exists = proxy_exists,
+	.seqnum = proxy_seqnum,
+};
+
+/* -- open ------------------------------------------------------------------- */
+
+static NTSTATUS proxy_open(TALLOC_CTX *mem_ctx,
+			   const struct dbwrap_py_open_args *args,
+			   struct dbwrap_py_db **pdb,
+			   const struct dbwrap_py_record_ops **records)
+{
+	struct dbwrap_py_db *db = talloc_zero(mem_ctx, struct dbwrap_py_db);
+	const char *socket_path = NULL;
+	NTSTATUS status;
+
+	if (db == NULL) {
+		return NT_STATUS_NO_MEMORY;
+	}
+	db->args = *args;
+	db->name = db->args.name = talloc_strdup(db, args->name);
+	db->args.adapter = talloc_strdup(db, args->adapter != NULL ? args->adapter : "");
+	if (db->name == NULL || db->args.adapter == NULL) {
+		TALLOC_FREE(db);
+		return NT_STATUS_NO_MEMORY;
+	}
+	status = proxy_take_options(db, &socket_path);
+	if (NT_STATUS_IS_OK(status)) {
+		db->conn = proxy_conn_get(socket_path);
+		if (db->conn == NULL) {
+			dbwrap_py_log(db->name, "open", "proxy_socket=%s: %s",
+				      socket_path, strerror(errno));
+			status = NT_STATUS_INVALID_PARAMETER;
+		}
+	}
+	if (NT_STATUS_IS_OK(status)) {
+		status = proxy_open_handle(db);
+	}
+	if (!NT_STATUS_IS_OK(status)) {
+		TALLOC_FREE(db);
+		return status;
+	}
+	talloc_set_destructor(db, proxy_db_destructor);
+	*pdb = db;
+	*records = &proxy_records;
+	return NT_STATUS_OK;
+}
+
+/* -- traverse --------------------------------------------------------------- */
+
+/* TRAVERSE_NEXT: *more false at the end; key and value live in mem_ctx. */
+static NTSTATUS proxy_traverse_next(struct dbwrap_py_db *db, uint32_t id,
+				    TALLOC_CTX *mem_ctx, bool *more,
+				    TDB_DATA *key, TDB_DATA *value)
+{
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, mem_ctx, PROXY_TRAVERSE_NEXT, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		proxy_put_u32(&w, id);
+		/* the daemon may wait for the record's lock */
+		status = proxy_send(db, PROXY_TRAVERSE_NEXT, &w,
+				    db->timeout_ms + LOCK_REPLY_SLACK_MS, mem_ctx, &r);
+	}
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
+	}
+	*more = proxy_get_u8(&r) != 0;
+	if (*more) {
+		*key = proxy_get_bytes(&r);
+		*value = proxy_get_bytes(&r);
+	}
+	return proxy_reader_done(&r) ? NT_STATUS_OK
+				     : proxy_bad_reply(db, PROXY_TRAVERSE_NEXT);
+}
+
+static NTSTATUS proxy_traverse_start(struct dbwrap_py_db *db, bool write,
+				     uint32_t *id)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, PROXY_TRAVERSE_START, &w);
+
+	if (NT_STATUS_IS_OK(status)) {
+		proxy_put_u8(&w, write);
+		status = proxy_send(db, PROXY_TRAVERSE_START, &w, db->timeout_ms,
+				    tmp, &r);
+	}
+	if (NT_STATUS_IS_OK(status)) {
+		*id = proxy_get_u32(&r);
+		if (!proxy_reader_done(&r)) {
+			status = proxy_bad_reply(db, PROXY_TRAVERSE_START);
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+static void put_u32(struct proxy_writer *w, const void *arg)
+{
+	proxy_put_u32(w, *(const uint32_t *)arg);
+}
+
+/* fn runs between two requests, so it may call back into this database. */
+static NTSTATUS proxy_traverse(struct dbwrap_py_db *db, bool write,
+			       dbwrap_py_record_fn fn, void *private_data,
+			       int *count)
+{
+	uint64_t generation;
+	NTSTATUS status;
+	TALLOC_CTX *tmp;
+	TDB_DATA key, value;
+	uint32_t id;
+	bool more = true;
+
+	status = proxy_traverse_start(db, write, &id);
+	generation = db->generation;
+	while (NT_STATUS_IS_OK(status)) {
+		if (generation != db->generation) {
+			/* fn's own calls found the daemon gone: the traverse is too */
+			dbwrap_py_log(db->name, "traverse",
+				      "the connection to the proxy daemon was lost "
+				      "(NTSTATUS 0x%08x)",
+				      (unsigned)NT_STATUS_V(NT_STATUS_DEVICE_NOT_READY));
+			return NT_STATUS_DEVICE_NOT_READY;
+		}
+		tmp = talloc_new(db);
+		status = proxy_traverse_next(db, id, tmp, &more, &key, &value);
+		if (NT_STATUS_IS_OK(status) && more) {
+			*count += 1;
+			if (fn(key, value, private_data) != 0) {
+				more = false;
+				if (generation == proxy_conn_generation(db->conn)) {
+					status = proxy_simple(db, PROXY_TRAVERSE_END,
+							      put_u32, &id);
+				}
+			}
+		}
+		talloc_free(tmp);
+		if (!more) {
+			break;
+		}
+	}
+	return status;
+}
+
+/* -- database-wide ---------------------------------------------------------- */
+
+static NTSTATUS proxy_transaction(struct dbwrap_py_db *db,
+				  enum dbwrap_py_txn_op op)
+{
+	uint8_t code;
+
+	switch (op) {
+	case DBWRAP_PY_TXN_START: code = PROXY_TXN_START; break;
+	case DBWRAP_PY_TXN_START_NONBLOCK: code = PROXY_TXN_START_NONBLOCK; break;
+	case DBWRAP_PY_TXN_COMMIT: code = PROXY_TXN_COMMIT; break;
+	case DBWRAP_PY_TXN_CANCEL: code = PROXY_TXN_CANCEL; break;
+	default: return NT_STATUS_INVALID_PARAMETER;
+	}
+	return proxy_simple(db, PROXY_TRANSACTION, put_u8, &code);
+}
+
+static NTSTATUS proxy_wipe(struct dbwrap_py_db *db)
+{
+	return proxy_simple(db, PROXY_WIPE, NULL, NULL);
+}
+
+static NTSTATUS proxy_check(struct dbwrap_py_db *db)
+{
+	return proxy_simple(db, PROXY_CHECK, NULL, NULL);
+}
+
+static NTSTATUS proxy_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+			    uint8_t **id, size_t *idlen)
+{
+	TALLOC_CTX *tmp = talloc_new(db);
+	struct proxy_writer w;
+	struct proxy_reader r;
+	NTSTATUS status = proxy_begin(db, tmp, PROXY_DB_ID, &w);
+	TDB_DATA got;
+
+	if (NT_STATUS_IS_OK(status)) {
+		status = proxy_send(db, PROXY_DB_ID, &w, db->timeout_ms, tmp, &r);
+	}
+	if (NT_STATUS_IS_OK(status)) {
+		got = proxy_get_bytes(&r);
+		if (!proxy_reader_done(&r) || got.dsize == 0) {
+			status = proxy_bad_reply(db, PROXY_DB_ID);
+		} else {
+			*id = talloc_memdup(mem_ctx, got.dptr, got.dsize);
+			*idlen = got.dsize;
+			status = (*id != NULL) ? NT_STATUS_OK : NT_STATUS_NO_MEMORY;
+		}
+	}
+	talloc_free(tmp);
+	return status;
+}
+
+const struct dbwrap_py_transport dbwrap_py_transport_proxy = {
+	.name = "proxy",
+	.open = proxy_open,
+	.traverse = proxy_traverse,
+	.transaction = proxy_transaction,
+	.wipe = proxy_wipe,
+	.check = proxy_check,
+	.db_id = proxy_db_id,
+};

@@ -1,0 +1,321 @@
+"""The proxy daemon: one per node, holding the adapters for smbd's processes.
+
+    dbwrap-py proxy-daemon --socket PATH [--group NAME] [--workers N]
+
+One thread does all socket I/O with ``selectors`` (accept, read frames,
+write replies) and a small pool runs the adapter calls. Why that shape:
+adapters' clients block (a network round trip, a tdb chainlock), so the
+calls need threads; record-lock and transaction waits are parked, not
+blocking, so a few threads serve any number of waiters; and the thousands
+of connections a busy node has cost one selector entry each, not a thread.
+Workers hand replies back through a queue and a socketpair that wakes the
+I/O thread.
+
+A connection's end (EOF, reset, malformed input) lets go of all it held at
+once: the kernel closes a killed smbd's socket, so its record locks pass to
+the next waiter within milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import grp
+import os
+import queue
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from dbwrap_py.proxy import wire
+from dbwrap_py.proxy.log import log
+from dbwrap_py.proxy.process import ProxyDaemonProcess
+from dbwrap_py.proxy.serial import SerialQueue
+from dbwrap_py.proxy.session import Session
+from dbwrap_py.proxy.shared import DatabaseTable
+
+__all__ = ["ProxyDaemon", "ProxyDaemonProcess", "main"]
+
+DEFAULT_WORKERS = 8
+_UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+_READ_SIZE = 256 * 1024
+
+
+@dataclass(eq=False)
+class _Connection:
+    sock: socket.socket
+    session: Session
+    inbox: bytearray = field(default_factory=bytearray)
+    outbox: bytearray = field(default_factory=bytearray)
+    in_flight: bool = False  # a request is out to the workers: the peer must wait
+    closing: bool = False    # close once the outbox is written
+    closed: bool = False
+
+
+def _groups_of(pid: int) -> set[int]:
+    """The peer's supplementary groups (/proc: SO_PEERCRED has only its gid)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("Groups:"):
+                    return {int(g) for g in line.split()[1:]}
+    except OSError:
+        pass
+    return set()
+
+
+class ProxyDaemon:
+    """The server: ``bind()``, then ``serve()`` until ``stop()``."""
+
+    def __init__(self, socket_path: str, group: str | None = None, workers: int = DEFAULT_WORKERS) -> None:
+        self.socket_path = socket_path
+        self.gid = grp.getgrnam(group).gr_gid if group is not None else None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="proxy-worker")
+        self._selector = selectors.DefaultSelector()
+        self._replies: queue.SimpleQueue[tuple[_Connection, bytes | None, bool]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.table = DatabaseTable(on_deadline=self._wake)
+        self._listener: socket.socket | None = None
+        self._connections: set[_Connection] = set()
+        self._stopping = False
+
+    # -- the socket -------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Listen on the socket path, 0600 (0660 with a group)."""
+        self._remove_stale_socket()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # no moment where others could connect
+        try:
+            listener.bind(self.socket_path)
+        finally:
+            os.umask(old_umask)
+        if self.gid is not None:
+            os.chown(self.socket_path, -1, self.gid)
+            os.chmod(self.socket_path, 0o660)
+        listener.listen(1024)
+        listener.setblocking(False)
+        self._listener = listener
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+
+    def _remove_stale_socket(self) -> None:
+        if not os.path.exists(self.socket_path):
+            return
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(self.socket_path)
+        except OSError:
+            os.unlink(self.socket_path)  # a dead daemon's socket
+            return
+        finally:
+            probe.close()
+        raise OSError(f"another daemon answers on {self.socket_path}")
+
+    def _allowed_peer(self, sock: socket.socket) -> int | None:
+        """The peer's pid if it may talk to us (root, our user, the group)."""
+        pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        if uid in (0, os.getuid()):
+            return pid
+        if self.gid is not None and (gid == self.gid or self.gid in _groups_of(pid)):
+            return pid
+        log(f"refused pid {pid} (uid {uid}, gid {gid}): not root, not us, not in the group")
+        return None
+
+    # -- the loop ---------------------------------------------------------------
+
+    def serve(self) -> None:
+        while not self._stopping:
+            next_deadline = self.table.expire(time.monotonic())
+            timeout = None if next_deadline is None else max(0.0, next_deadline - time.monotonic())
+            for selected, events in self._selector.select(timeout):
+                if selected.data == "accept":
+                    self._accept()
+                elif selected.data == "wake":
+                    self._take_replies()
+                else:
+                    self._service(selected.data, events)
+        self._shut_down()
+
+    def _service(self, connection: _Connection, events: int) -> None:
+        if connection.closed:  # dropped earlier in this turn
+            return
+        try:
+            if events & selectors.EVENT_WRITE:
+                self._flush(connection)
+            if events & selectors.EVENT_READ and not connection.closed:
+                self._read(connection)
+        except Exception as exc:  # a bug of ours ends this connection, never the daemon
+            self._drop(connection, f"internal error: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        """Safe from a signal handler: the loop ends at its next turn."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"s")
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        try:
+            sock, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # EMFILE and friends: log, keep serving
+            log(f"accept: {exc}")
+            time.sleep(0.05)  # the listener stays readable: do not spin on it
+            return
+        pid = self._allowed_peer(sock)
+        if pid is None:
+            sock.close()
+            return
+        sock.setblocking(False)
+        connection = _Connection(sock, None)  # type: ignore[arg-type]
+        connection.session = Session(self.table, SerialQueue(self._pool),
+                                     lambda message, hang_up: self._reply(connection, message, hang_up))
+        connection.session.peer_pid = pid
+        self._connections.add(connection)
+        self._selector.register(sock, selectors.EVENT_READ, connection)
+
+    def _reply(self, connection: _Connection, message: bytes | None, hang_up: bool) -> None:
+        """From a worker: hand a reply (or a hang-up) to the I/O thread."""
+        self._replies.put((connection, message, hang_up))
+        self._wake()
+
+    def _wake(self) -> None:
+        """The I/O thread looks at replies and deadlines again."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"w")
+
+    def _take_replies(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+        while True:
+            try:
+                connection, message, hang_up = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            if connection.closed:
+                continue
+            connection.in_flight = False
+            if message is not None:
+                connection.outbox += message
+            connection.closing = connection.closing or hang_up
+            self._flush(connection)
+            if not connection.closed:
+                self._next_request(connection)
+
+    def _read(self, connection: _Connection) -> None:
+        try:
+            data = connection.sock.recv(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(connection, None)
+            return
+        if connection.in_flight or connection.closing:
+            self._drop(connection, "sent more while its request was being answered")
+            return
+        connection.inbox += data
+        self._next_request(connection)
+
+    def _next_request(self, connection: _Connection) -> None:
+        """Hand the next complete frame to the workers, if there is one."""
+        inbox = connection.inbox
+        if connection.in_flight or connection.closing or len(inbox) < 4:
+            return
+        (length,) = wire.LENGTH.unpack_from(inbox)
+        if length > wire.MAX_MESSAGE:
+            self._drop(connection, f"malformed request: a body of {length} bytes")
+            return
+        if len(inbox) < 4 + length:
+            return
+        if len(inbox) > 4 + length:
+            self._drop(connection, "malformed request: another request before this one's reply")
+            return
+        body = bytes(inbox[4:4 + length])
+        del inbox[:4 + length]
+        connection.in_flight = True
+        session = connection.session
+        session.queue.submit(lambda: session.request(body))
+
+    def _flush(self, connection: _Connection) -> None:
+        if connection.outbox:
+            try:
+                sent = connection.sock.send(connection.outbox)
+                del connection.outbox[:sent]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._drop(connection, None)
+                return
+        if connection.closing and not connection.outbox:
+            self._drop(connection, None)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.outbox else 0)
+        self._selector.modify(connection.sock, events, connection)
+
+    def _drop(self, connection: _Connection, reason: str | None) -> None:
+        """Close the socket now; the session lets go of its holds on its queue."""
+        if connection.closed:
+            return
+        connection.closed = True
+        self._connections.discard(connection)
+        self._selector.unregister(connection.sock)
+        connection.sock.close()
+        session = connection.session
+        session.queue.submit(lambda: session.hang_up(reason))
+
+    def _shut_down(self) -> None:
+        if self._listener is not None:
+            self._selector.unregister(self._listener)
+            self._listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+        for connection in list(self._connections):
+            self._drop(connection, None)
+        self._pool.shutdown(wait=True)
+        self.table.close_all()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dbwrap-py proxy-daemon",
+                                     description="the proxy mode's node daemon: "
+                                                 "adapters for smbd's processes")
+    parser.add_argument("--socket", required=True, help="the unix socket smbd's processes connect to")
+    parser.add_argument("--group", help="a group whose members may connect too (socket mode 0660)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"threads running adapter calls (default {DEFAULT_WORKERS})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        daemon = ProxyDaemon(args.socket, args.group, max(1, args.workers))
+        daemon.bind()
+    except (KeyError, OSError) as exc:  # KeyError: no such group
+        print(f"dbwrap-py proxy-daemon: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
+    signal.signal(signal.SIGINT, lambda *_: daemon.stop())
+    print(f"dbwrap_py proxy daemon pid {os.getpid()} on {args.socket}", flush=True)
+    daemon.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,19 +1,23 @@
 """The databases the daemon's connections share.
 
 One ``Database`` per identical (name, adapter, options), counted by the
-handles that opened it and closed with the last. Calls into it go one at a
-time under its mutex (adapters are not promised thread-safe); nobody holds
-that mutex while parked, on a record lock or on the transaction gate.
+handles that opened it and closed with the last. Calls into it run one at a
+time on a thread of its own: adapters are not promised thread-safe, and a
+lock taken on one thread may have to be released on that thread (tdb's
+robust mutexes, smbd's locking.tdb and the node cache's files: unlocked
+from another worker, the record stayed locked for good and the next taker
+hung). Nobody waits on that thread while parked, on a record lock or on the
+transaction gate.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
-from dbwrap_py.adapter import TDB_MUTEX_LOCKING
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.proxy.locks import Callback, Outcome, RecordLocks
 
@@ -30,15 +34,21 @@ class SharedDatabase:
         self.db = db
         self.locks = RecordLocks(on_deadline)
         self.refs = 1
-        self._mutex = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"db-{key[0].rsplit('/', 1)[-1]}")
         self._gate = threading.Lock()
         self._txn_owner: Hashable | None = None
         self._gate_waiters: collections.deque[tuple[Hashable, Callback]] = collections.deque()
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)``, an adapter call, alone on this database."""
-        with self._mutex:
-            return fn(*args)
+        """``fn(*args)``, an adapter call, on this database's thread."""
+        return self._thread.submit(fn, *args).result()
+
+    def close(self) -> None:
+        """The Database, then its thread."""
+        try:
+            self.call(self.db.close)
+        finally:
+            self._thread.shutdown(wait=True)
 
     # -- the transaction gate ---------------------------------------------------
 
@@ -100,12 +110,8 @@ class DatabaseTable:
                     shared.refs += 1
                     return shared
             # outside the dict's mutex: an adapter's open may take a network round trip
-            # without tdb's mutexes: a pthread mutex belongs to the thread that
-            # took it, and a connection's UNLOCK may run on another worker than
-            # its LOCK (the mutex then stays locked, and the next taker hangs);
-            # fcntl locks belong to the process. Only the daemon opens the file.
-            db = open_database(name, hash_size, tdb_flags & ~TDB_MUTEX_LOCKING, open_flags, mode,
-                               lock_order, dbwrap_flags, adapter, list(options))
+            db = open_database(name, hash_size, tdb_flags, open_flags, mode, lock_order,
+                               dbwrap_flags, adapter, list(options))
             with self._mutex:
                 shared = self._open[key] = SharedDatabase(key, db, self._on_deadline)
             return shared
@@ -117,7 +123,7 @@ class DatabaseTable:
             if shared.refs > 0:
                 return
             del self._open[shared.key]
-        shared.call(shared.db.close)
+        shared.close()
 
     def expire(self, now: float) -> float | None:
         """Fail record waits past their deadline; the next deadline, if any."""
@@ -131,4 +137,4 @@ class DatabaseTable:
             databases = list(self._open.values())
             self._open.clear()
         for shared in databases:
-            shared.call(shared.db.close)
+            shared.close()

@@ -255,28 +255,40 @@ static NTSTATUS proxy_lock(struct dbwrap_py_db *db, TDB_DATA key,
 	return proxy_read(db, PROXY_LOCK, key, fn, private_data);
 }
 
-/* UNLOCK, with the value to store first when there is one. */
+/* The fields of UNLOCK (the value to store first, if any) and of STORE. */
+struct proxy_write_args {
+	TDB_DATA key;
+	const TDB_DATA *dbufs; /* NULL: an UNLOCK that stores nothing */
+	int num_dbufs;
+	int flag;
+};
+
+static void put_unlock(struct proxy_writer *w, const void *arg)
+{
+	const struct proxy_write_args *a = arg;
+
+	proxy_put_bytes(w, a->key);
+	proxy_put_u8(w, a->dbufs != NULL);
+	if (a->dbufs != NULL) {
+		proxy_put_bytesv(w, a->dbufs, a->num_dbufs);
+	}
+}
+
+static void put_store(struct proxy_writer *w, const void *arg)
+{
+	const struct proxy_write_args *a = arg;
+
+	proxy_put_bytes(w, a->key);
+	proxy_put_u32(w, (uint32_t)a->flag);
+	proxy_put_bytesv(w, a->dbufs, a->num_dbufs);
+}
+
 static NTSTATUS proxy_unlock_storing(struct dbwrap_py_db *db, TDB_DATA key,
 				     const TDB_DATA *value)
 {
-	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
-	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, PROXY_UNLOCK, &w);
+	struct proxy_write_args a = { .key = key, .dbufs = value, .num_dbufs = 1 };
 
-	if (NT_STATUS_IS_OK(status)) {
-		proxy_put_bytes(&w, key);
-		proxy_put_u8(&w, value != NULL);
-		if (value != NULL) {
-			proxy_put_bytes(&w, *value);
-		}
-		status = proxy_send(db, PROXY_UNLOCK, &w, db->timeout_ms, tmp, &r);
-		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
-			status = proxy_bad_reply(db, PROXY_UNLOCK);
-		}
-	}
-	talloc_free(tmp);
-	return status;
+	return proxy_simple(db, PROXY_UNLOCK, put_unlock, &a);
 }
 
 static NTSTATUS proxy_unlock(struct dbwrap_py_db *db, TDB_DATA key)
@@ -311,22 +323,11 @@ static NTSTATUS proxy_locked(struct dbwrap_py_db *db, TDB_DATA key,
 static NTSTATUS proxy_storev(struct dbwrap_py_db *db, TDB_DATA key,
 			     const TDB_DATA *dbufs, int num_dbufs, int flag)
 {
-	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
-	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, PROXY_STORE, &w);
+	struct proxy_write_args a = {
+		.key = key, .dbufs = dbufs, .num_dbufs = num_dbufs, .flag = flag,
+	};
 
-	if (NT_STATUS_IS_OK(status)) {
-		proxy_put_bytes(&w, key);
-		proxy_put_u32(&w, (uint32_t)flag);
-		proxy_put_bytesv(&w, dbufs, num_dbufs);
-		status = proxy_send(db, PROXY_STORE, &w, db->timeout_ms, tmp, &r);
-		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
-			status = proxy_bad_reply(db, PROXY_STORE);
-		}
-	}
-	talloc_free(tmp);
-	return status;
+	return proxy_simple(db, PROXY_STORE, put_store, &a);
 }
 
 static NTSTATUS proxy_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)

@@ -535,7 +535,7 @@ class CassandraCluster:
         for index in range(self.nodes):
             node = _Node(index, Path(tempfile.mkdtemp(prefix=f"dbwrap-py-cassandra-{index}-")))
             self._nodes.append(node)
-            for sub in ("conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs"):
+            for sub in ("conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs", "tmp"):
                 (node.root / sub).mkdir()
             (node.conf / "cassandra.yaml").write_text(
                 _yaml(node, name, self.nodes, self.storage_port, self.native_port, self.paxos_variant, self.auth))
@@ -556,6 +556,8 @@ class CassandraCluster:
             f"-Dcassandra.config={(node.conf / 'cassandra.yaml').as_uri()}",
             f"-Dcassandra.storagedir={node.root}",
             f"-Dlogback.configurationFile={node.conf / 'logback.xml'}",
+            # lz4-java unpacks its library there at every start: gone with the node
+            f"-Djava.io.tmpdir={node.root / 'tmp'}",
             "-cp", f"{self._lib}/*",
             "org.apache.cassandra.service.CassandraDaemon",
         ]

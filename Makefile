@@ -73,10 +73,12 @@ $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -shared -o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) -ldl -lpthread
 
+# No rpath: only libdbwrap_py.so loads it, so that is in the process already
+# (and ld.so's $$ORIGIN expansion in dlopen trips valgrind's memcheck).
 $(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \
 		-o $@ $(INPROC_SRC) -L$(BUILD) -ldbwrap_py $(SAMBA_LIBS) $(PY_LDFLAGS) \
-		-ldl -lpthread -Wl,-rpath,'$$ORIGIN'
+		-ldl -lpthread
 
 # LD_PRELOAD this into smbd: it takes over db_open (from libsmbconf).
 $(PRELOAD_LIB): c_bridge/preload.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)

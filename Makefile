@@ -71,9 +71,10 @@ $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 
 $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) -shared -o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) -ldl -lpthread
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libdbwrap_py.so -o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) -ldl -lpthread
 
-# No rpath: only libdbwrap_py.so loads it, so that is in the process already
+# No rpath: only libdbwrap_py.so loads it, so that is in the process already,
+# found by its soname however it was loaded
 # (and ld.so's $$ORIGIN expansion in dlopen trips valgrind's memcheck).
 $(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \

@@ -13,8 +13,7 @@ from types import TracebackType
 
 from dbwrap_py import ntstatus as nt
 from dbwrap_py.proxy import wire
-from dbwrap_py.proxy.wire import WAIT_FOREVER
-from dbwrap_py.proxy.wire import Op, Reader, Txn, Writer
+from dbwrap_py.proxy.wire import WAIT_FOREVER, Op, Reader, Txn, Writer
 
 DEFAULT_TIMEOUT = 10.0
 TDB_REPLACE = 1

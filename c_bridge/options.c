@@ -39,3 +39,22 @@ const char *dbwrap_py_option_take(TALLOC_CTX *mem_ctx,
 	*rest = kept;
 	return value;
 }
+
+const char *const *dbwrap_py_options_copy(TALLOC_CTX *mem_ctx,
+					  const char *const *options)
+{
+	const char **copy;
+	size_t n = 0, i;
+
+	while (options != NULL && options[n] != NULL) {
+		n++;
+	}
+	copy = talloc_zero_array(mem_ctx, const char *, n + 1);
+	for (i = 0; copy != NULL && i < n; i++) {
+		copy[i] = talloc_strdup(copy, options[i]);
+		if (copy[i] == NULL) {
+			TALLOC_FREE(copy);
+		}
+	}
+	return copy;
+}

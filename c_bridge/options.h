@@ -12,10 +12,17 @@
 /*
  * The value of `key` (any case) in `options`, the last one given, or NULL. *rest gets
  * the list without any `key=` entry: a talloc child of mem_ctx, or NULL if
- * that allocation failed.
+ * that allocation failed. Its strings are still the caller's.
  */
 const char *dbwrap_py_option_take(TALLOC_CTX *mem_ctx,
 				  const char *const *options, const char *key,
 				  const char *const **rest);
+
+/*
+ * A copy of the list and of its strings, a talloc child of mem_ctx, or NULL
+ * when out of memory: for what must outlive the open that was given them.
+ */
+const char *const *dbwrap_py_options_copy(TALLOC_CTX *mem_ctx,
+					  const char *const *options);
 
 #endif /* DBWRAP_PY_OPTIONS_H */

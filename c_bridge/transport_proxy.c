@@ -204,8 +204,9 @@ static NTSTATUS proxy_take_options(struct dbwrap_py_db *db,
 	if (*socket_path == NULL || **socket_path == '\0') {
 		*socket_path = DEFAULT_SOCKET;
 	}
-	db->args.options = after;
-	return NT_STATUS_OK;
+	/* the caller's strings go with its open; we open again after a fork */
+	db->args.options = dbwrap_py_options_copy(db, after);
+	return (db->args.options != NULL) ? NT_STATUS_OK : NT_STATUS_NO_MEMORY;
 }
 
 /* -- record operations ------------------------------------------------------ */

@@ -37,7 +37,9 @@ def maps_python(pid: int) -> bool:
 
 
 def test_smbd_serves_a_client_through_the_daemon_without_python():
-    with backend_options("tdb", {"transport": "proxy", "proxy_timeout": "20"}) as options:
+    # native_records: an option the daemon must still have when a forked child opens again
+    with backend_options("tdb", {"transport": "proxy", "proxy_timeout": "20",
+                                 "native_records": "no"}) as options:
         setup = SambaSetup(bridged=VOLATILE_DATABASES + PERSISTENT_DATABASES, log_level=3,
                            adapter_options=options)
         with ThrowawaySamba(setup) as samba:

@@ -1,12 +1,15 @@
 """The databases the daemon's connections share.
 
 One ``Database`` per identical (name, adapter, options), counted by the
-handles that opened it and closed with the last. Calls into it run one at a
-time on a thread of its own: adapters are not promised thread-safe, and a
-lock taken on one thread may have to be released on that thread (tdb's
-robust mutexes, smbd's locking.tdb and the node cache's files: unlocked
-from another worker, the record stayed locked for good and the next taker
-hung). Nobody waits on that thread while parked, on a record lock or on the
+handles that opened it and closed with the last. Every adapter call, opens
+included, runs on one thread, the daemon's adapter thread:
+- adapters are not promised thread-safe, and their databases share one
+  client (etcd's per-process session: called from one thread per database,
+  smbd's stores failed with FILE_LOCK_CONFLICT under smbtorture);
+- a lock taken on one thread may have to be released on that thread (tdb's
+  robust mutexes, smbd's locking.tdb and the node cache's files: unlocked
+  from another worker, the record stayed locked for good).
+Nobody waits on that thread while parked, on a record lock or on the
 transaction gate.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
@@ -28,27 +31,24 @@ DatabaseKey = tuple[str, str, tuple[str, ...]]
 class SharedDatabase:
     """One open Database, its record locks and its transaction gate."""
 
-    def __init__(self, key: DatabaseKey, db: Database, on_deadline: Callback | None = None) -> None:
+    def __init__(self, key: DatabaseKey, db: Database, adapter_thread: Executor,
+                 on_deadline: Callback | None = None) -> None:
         self.key = key
         self.name = key[0]
         self.db = db
         self.locks = RecordLocks(on_deadline)
         self.refs = 1
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"db-{key[0].rsplit('/', 1)[-1]}")
+        self._adapter_thread = adapter_thread
         self._gate = threading.Lock()
         self._txn_owner: Hashable | None = None
         self._gate_waiters: collections.deque[tuple[Hashable, Callback]] = collections.deque()
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)``, an adapter call, on this database's thread."""
-        return self._thread.submit(fn, *args).result()
+        """``fn(*args)``, an adapter call, on the adapter thread."""
+        return self._adapter_thread.submit(fn, *args).result()
 
     def close(self) -> None:
-        """The Database, then its thread."""
-        try:
-            self.call(self.db.close)
-        finally:
-            self._thread.shutdown(wait=True)
+        self.call(self.db.close)
 
     # -- the transaction gate ---------------------------------------------------
 
@@ -98,6 +98,7 @@ class DatabaseTable:
         self._mutex = threading.Lock()    # the dict; held briefly (the I/O thread takes it)
         self._opening = threading.Lock()  # one open at a time, so no name opens twice
         self._open: dict[DatabaseKey, SharedDatabase] = {}
+        self._adapter_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapters")
 
     def open(self, name: str, hash_size: int, tdb_flags: int, open_flags: int, mode: int,
              lock_order: int, dbwrap_flags: int, adapter: str, options: Sequence[str]) -> SharedDatabase:
@@ -110,10 +111,12 @@ class DatabaseTable:
                     shared.refs += 1
                     return shared
             # outside the dict's mutex: an adapter's open may take a network round trip
-            db = open_database(name, hash_size, tdb_flags, open_flags, mode, lock_order,
-                               dbwrap_flags, adapter, list(options))
+            db = self._adapter_thread.submit(open_database, name, hash_size, tdb_flags, open_flags,
+                                             mode, lock_order, dbwrap_flags, adapter,
+                                             list(options)).result()
             with self._mutex:
-                shared = self._open[key] = SharedDatabase(key, db, self._on_deadline)
+                shared = self._open[key] = SharedDatabase(key, db, self._adapter_thread,
+                                                          self._on_deadline)
             return shared
 
     def release(self, shared: SharedDatabase) -> None:
@@ -136,5 +139,8 @@ class DatabaseTable:
         with self._mutex:
             databases = list(self._open.values())
             self._open.clear()
-        for shared in databases:
-            shared.close()
+        try:
+            for shared in databases:
+                shared.close()
+        finally:
+            self._adapter_thread.shutdown(wait=True)

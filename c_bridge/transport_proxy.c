@@ -42,28 +42,36 @@ struct dbwrap_py_db {
 
 static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db);
 
-/* A request on db: opened again first if the connection is new. */
-static NTSTATUS proxy_begin(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
-			    enum proxy_op op, struct proxy_writer *w)
+/* Writes an op's fields after the request header. */
+typedef void (*proxy_put_fn)(struct proxy_writer *w, const void *arg);
+
+/*
+ * One request on db, its reply in *r (living in mem_ctx). The database is
+ * opened again first if the connection is new (the daemon restarted, or
+ * this process forked).
+ */
+static NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+			   enum proxy_op op, proxy_put_fn put, const void *arg,
+			   unsigned timeout_ms, struct proxy_reader *r)
 {
-	NTSTATUS status = NT_STATUS_OK;
+	struct proxy_writer w;
 
 	if (db->generation != proxy_conn_generation(db->conn)) {
-		status = proxy_open_handle(db);
-	}
-	proxy_writer_request(w, mem_ctx, op, db->handle);
-	return status;
-}
+		NTSTATUS status = proxy_open_handle(db);
 
-static NTSTATUS proxy_send(struct dbwrap_py_db *db, enum proxy_op op,
-			   struct proxy_writer *w, unsigned timeout_ms,
-			   TALLOC_CTX *mem_ctx, struct proxy_reader *r)
-{
-	return proxy_conn_call(db->conn, db->name, op, w, timeout_ms, mem_ctx, r);
+		if (!NT_STATUS_IS_OK(status)) {
+			return status;
+		}
+	}
+	proxy_writer_request(&w, mem_ctx, op, db->handle);
+	if (put != NULL) {
+		put(&w, arg);
+	}
+	return proxy_conn_call(db->conn, db->name, op, &w, timeout_ms, mem_ctx, r);
 }
 
 /* A reply whose fields are not what the op promises. */
-static NTSTATUS proxy_bad_reply(struct dbwrap_py_db *db, enum proxy_op op)
+static NTSTATUS proxy_malformed(struct dbwrap_py_db *db, enum proxy_op op)
 {
 	dbwrap_py_log(db->name, proxy_op_name(op),
 		      "malformed reply from the proxy daemon (NTSTATUS 0x%08x)",
@@ -71,24 +79,23 @@ static NTSTATUS proxy_bad_reply(struct dbwrap_py_db *db, enum proxy_op op)
 	return NT_STATUS_INTERNAL_DB_ERROR;
 }
 
-/* An op with no fields either way beyond the ones `put` writes. */
+/* The reply's fields were all read, and nothing follows them. */
+static NTSTATUS proxy_reply_read(struct dbwrap_py_db *db, enum proxy_op op,
+				 struct proxy_reader *r)
+{
+	return proxy_reader_done(r) ? NT_STATUS_OK : proxy_malformed(db, op);
+}
+
+/* An op whose reply has no fields. */
 static NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
-			     void (*put)(struct proxy_writer *w, const void *arg),
-			     const void *arg)
+			     proxy_put_fn put, const void *arg)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+	NTSTATUS status = proxy_call(db, tmp, op, put, arg, db->timeout_ms, &r);
 
 	if (NT_STATUS_IS_OK(status)) {
-		if (put != NULL) {
-			put(&w, arg);
-		}
-		status = proxy_send(db, op, &w, db->timeout_ms, tmp, &r);
-		if (NT_STATUS_IS_OK(status) && !proxy_reader_done(&r)) {
-			status = proxy_bad_reply(db, op);
-		}
+		status = proxy_reply_read(db, op, &r);
 	}
 	talloc_free(tmp);
 	return status;
@@ -97,6 +104,24 @@ static NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
 static void put_key(struct proxy_writer *w, const void *arg)
 {
 	proxy_put_bytes(w, *(const TDB_DATA *)arg);
+}
+
+struct proxy_key_wait {
+	TDB_DATA key;
+	uint32_t wait_ms;
+};
+
+static void put_key_wait(struct proxy_writer *w, const void *arg)
+{
+	const struct proxy_key_wait *a = arg;
+
+	proxy_put_bytes(w, a->key);
+	proxy_put_u32(w, a->wait_ms);
+}
+
+static void put_u32(struct proxy_writer *w, const void *arg)
+{
+	proxy_put_u32(w, *(const uint32_t *)arg);
 }
 
 static void put_u8(struct proxy_writer *w, const void *arg)
@@ -137,14 +162,18 @@ static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db)
 	NTSTATUS status;
 	uint32_t handle;
 
+	/* not proxy_call: OPEN names no handle, and must not open first */
 	proxy_writer_request(&w, tmp, PROXY_OPEN, 0);
 	put_open_args(&w, &db->args);
-	status = proxy_send(db, PROXY_OPEN, &w, db->timeout_ms, tmp, &r);
+	status = proxy_conn_call(db->conn, db->name, PROXY_OPEN, &w,
+				 db->timeout_ms, tmp, &r);
 	if (NT_STATUS_IS_OK(status)) {
 		handle = proxy_get_u32(&r);
-		if (!proxy_reader_done(&r) || handle == 0) {
-			status = proxy_bad_reply(db, PROXY_OPEN);
-		} else {
+		status = proxy_reply_read(db, PROXY_OPEN, &r);
+		if (NT_STATUS_IS_OK(status) && handle == 0) {
+			status = proxy_malformed(db, PROXY_OPEN);
+		}
+		if (NT_STATUS_IS_OK(status)) {
 			db->handle = handle;
 			db->generation = proxy_conn_generation(db->conn);
 		}
@@ -217,27 +246,22 @@ static NTSTATUS proxy_read(struct dbwrap_py_db *db, enum proxy_op op,
 			   void *private_data)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
-	unsigned timeout = db->timeout_ms;
-	struct proxy_writer w;
+	/* a LOCK carries the daemon's wait, and its reply may take that long */
+	struct proxy_key_wait lock = { .key = key, .wait_ms = db->timeout_ms };
+	bool locking = (op == PROXY_LOCK);
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+	NTSTATUS status = proxy_call(
+		db, tmp, op, locking ? put_key_wait : put_key,
+		locking ? (const void *)&lock : (const void *)&key,
+		db->timeout_ms + (locking ? LOCK_REPLY_SLACK_MS : 0), &r);
 	TDB_DATA value;
 	bool exists;
 
 	if (NT_STATUS_IS_OK(status)) {
-		proxy_put_bytes(&w, key);
-		if (op == PROXY_LOCK) {
-			proxy_put_u32(&w, db->timeout_ms); /* the daemon's wait */
-			timeout += LOCK_REPLY_SLACK_MS;
-		}
-		status = proxy_send(db, op, &w, timeout, tmp, &r);
-	}
-	if (NT_STATUS_IS_OK(status)) {
 		value = proxy_get_opt(&r, &exists);
-		if (proxy_reader_done(&r)) {
+		status = proxy_reply_read(db, op, &r);
+		if (NT_STATUS_IS_OK(status)) {
 			fn(value, exists, private_data);
-		} else {
-			status = proxy_bad_reply(db, op);
 		}
 	}
 	talloc_free(tmp);
@@ -341,21 +365,13 @@ static NTSTATUS proxy_number(struct dbwrap_py_db *db, enum proxy_op op,
 			     const TDB_DATA *key, uint32_t *out)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, op, &w);
+	NTSTATUS status = proxy_call(db, tmp, op, key != NULL ? put_key : NULL,
+				     key, db->timeout_ms, &r);
 
 	if (NT_STATUS_IS_OK(status)) {
-		if (key != NULL) {
-			proxy_put_bytes(&w, *key);
-		}
-		status = proxy_send(db, op, &w, db->timeout_ms, tmp, &r);
-	}
-	if (NT_STATUS_IS_OK(status)) {
 		*out = (op == PROXY_EXISTS) ? proxy_get_u8(&r) : proxy_get_u32(&r);
-		if (!proxy_reader_done(&r)) {
-			status = proxy_bad_reply(db, op);
-		}
+		status = proxy_reply_read(db, op, &r);
 	}
 	talloc_free(tmp);
 	return status;
@@ -443,16 +459,11 @@ static NTSTATUS proxy_traverse_next(struct dbwrap_py_db *db, uint32_t id,
 				    TALLOC_CTX *mem_ctx, bool *more,
 				    TDB_DATA *key, TDB_DATA *value)
 {
-	struct proxy_writer w;
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, mem_ctx, PROXY_TRAVERSE_NEXT, &w);
+	/* the daemon may wait for the record's lock */
+	NTSTATUS status = proxy_call(db, mem_ctx, PROXY_TRAVERSE_NEXT, put_u32, &id,
+				     db->timeout_ms + LOCK_REPLY_SLACK_MS, &r);
 
-	if (NT_STATUS_IS_OK(status)) {
-		proxy_put_u32(&w, id);
-		/* the daemon may wait for the record's lock */
-		status = proxy_send(db, PROXY_TRAVERSE_NEXT, &w,
-				    db->timeout_ms + LOCK_REPLY_SLACK_MS, mem_ctx, &r);
-	}
 	if (!NT_STATUS_IS_OK(status)) {
 		return status;
 	}
@@ -461,36 +472,24 @@ static NTSTATUS proxy_traverse_next(struct dbwrap_py_db *db, uint32_t id,
 		*key = proxy_get_bytes(&r);
 		*value = proxy_get_bytes(&r);
 	}
-	return proxy_reader_done(&r) ? NT_STATUS_OK
-				     : proxy_bad_reply(db, PROXY_TRAVERSE_NEXT);
+	return proxy_reply_read(db, PROXY_TRAVERSE_NEXT, &r);
 }
 
 static NTSTATUS proxy_traverse_start(struct dbwrap_py_db *db, bool write,
 				     uint32_t *id)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
+	uint8_t writing = write;
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, PROXY_TRAVERSE_START, &w);
+	NTSTATUS status = proxy_call(db, tmp, PROXY_TRAVERSE_START, put_u8,
+				     &writing, db->timeout_ms, &r);
 
 	if (NT_STATUS_IS_OK(status)) {
-		proxy_put_u8(&w, write);
-		status = proxy_send(db, PROXY_TRAVERSE_START, &w, db->timeout_ms,
-				    tmp, &r);
-	}
-	if (NT_STATUS_IS_OK(status)) {
 		*id = proxy_get_u32(&r);
-		if (!proxy_reader_done(&r)) {
-			status = proxy_bad_reply(db, PROXY_TRAVERSE_START);
-		}
+		status = proxy_reply_read(db, PROXY_TRAVERSE_START, &r);
 	}
 	talloc_free(tmp);
 	return status;
-}
-
-static void put_u32(struct proxy_writer *w, const void *arg)
-{
-	proxy_put_u32(w, *(const uint32_t *)arg);
 }
 
 /* fn runs between two requests, so it may call back into this database. */
@@ -567,18 +566,18 @@ static NTSTATUS proxy_db_id(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 			    uint8_t **id, size_t *idlen)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
-	struct proxy_writer w;
 	struct proxy_reader r;
-	NTSTATUS status = proxy_begin(db, tmp, PROXY_DB_ID, &w);
-	TDB_DATA got;
+	NTSTATUS status = proxy_call(db, tmp, PROXY_DB_ID, NULL, NULL,
+				     db->timeout_ms, &r);
+	TDB_DATA got = { 0 };
 
 	if (NT_STATUS_IS_OK(status)) {
-		status = proxy_send(db, PROXY_DB_ID, &w, db->timeout_ms, tmp, &r);
+		got = proxy_get_bytes(&r);
+		status = proxy_reply_read(db, PROXY_DB_ID, &r);
 	}
 	if (NT_STATUS_IS_OK(status)) {
-		got = proxy_get_bytes(&r);
-		if (!proxy_reader_done(&r) || got.dsize == 0) {
-			status = proxy_bad_reply(db, PROXY_DB_ID);
+		if (got.dsize == 0) {
+			status = proxy_malformed(db, PROXY_DB_ID);
 		} else {
 			*id = talloc_memdup(mem_ctx, got.dptr, got.dsize);
 			*idlen = got.dsize;

@@ -12,7 +12,7 @@ logs=$(mktemp -d /tmp/dbwrap_py_memcheck.XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 
 memcheck() {
-    PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no \
+    PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no --vgdb=no \
         -q --log-file="$logs/%p.log" "$@"
 }
 
@@ -33,7 +33,7 @@ check() {
 # run outside valgrind (the conformance runner starts them), the driver inside
 cached() {
     PYTHONMALLOC=malloc DBWRAP_PY_CHECK_PREFIX="valgrind --tool=memcheck --trace-children=yes \
-        --leak-check=no -q --log-file=$logs/%p.log" \
+        --leak-check=no --vgdb=no -q --log-file=$logs/%p.log" \
         .venv/bin/python -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes \
         --only lock.handed-value --only lock.counter --only lock.own-writes --only kv.missing \
         | tee "$logs/cached.out"
@@ -42,7 +42,7 @@ cached() {
 
 # the bridge+proxy column's node daemon runs outside valgrind
 DBWRAP_PY_PATH="$PWD/tests/fixtures" run .venv/bin/python -m dbwrap_py.proxy.around -- \
-    env PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no \
+    env PYTHONMALLOC=malloc valgrind --tool=memcheck --trace-children=yes --leak-check=no --vgdb=no \
     -q --log-file="$logs/%p.log" build/test_dbwrap
 run check --native
 run check --adapter tdb

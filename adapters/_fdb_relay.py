@@ -36,7 +36,7 @@ REPLY_SLACK = 10.0
 #: the FdbStore methods a relay answers
 METHODS = frozenset({"take_lease", "wait_for_release", "fenced_write", "release", "get", "scan_page",
                      "seqnum", "wipe", "take_txn_lock", "commit_txn", "release_txn_lock", "close",
-                     "ownership", "round_trips"})
+                     "ownership", "round_trips", "renew_lease"})
 
 
 def send(stream: IO[bytes], message: Any) -> None:

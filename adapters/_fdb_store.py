@@ -254,6 +254,20 @@ class FdbStore:
         self._drop_watch(key)
         return self.run("record lock", body)
 
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
+        """Extend ``token``'s unexpired record lock to ``seconds`` from now."""
+        lock_key = self.lock_key(key)
+
+        def body(tr: Any, after_unknown: bool) -> bool:
+            version = tr.get_read_version().wait()
+            holder, expiry = self._lock_state(tr, lock_key)
+            if holder != token or expiry <= version:
+                return False
+            tr.set(lock_key, _LOCK.pack(token, version + int(seconds * VERSIONS_PER_SECOND)))
+            return True
+
+        return self.run("record lock renewal", body)
+
     def wait_for_release(self, key: bytes | None, pause: float, deadline_left: float) -> None:
         """Wait on the watches set when the lock was refused: until the holder
         lets go, or its lease (in the cluster's versions) has run out."""

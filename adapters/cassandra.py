@@ -140,6 +140,8 @@ class _Statements:
         ver = ", ver = ?" if buckets else ""
         self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ?{ver} WHERE {where} '
                      f'IF {free}"token" = null{nodes}{guess}')
+        self.renew = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE {where} '
+                      f'IF owner = ? AND "token" = ?')
         self.write = f'UPDATE {t} SET v = ? WHERE {where} IF owner = ? AND "token" = ?'
         self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE {where} '
                           f'IF owner = ? AND "token" = ?')
@@ -238,6 +240,16 @@ class CassandraAdapter(LeasedAdapter):
             guess = row.v
             self._remember(key, guess)
         return False, None  # it changed between the tries: the caller tries again
+
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
+        if self._txn is not None:  # no record lock was taken under the transaction
+            return True
+        args = (int(seconds), self.owner, token, *self._pk(key), self.owner, token)
+        try:
+            applied, _ = self.client.lwt("lock renewal", self.cql.renew, args)
+        except cc.OutcomeUnknown:
+            return True  # the next renewal finds out; a lost lease still fences our writes
+        return bool(applied)
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._txn is not None:

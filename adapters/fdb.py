@@ -191,6 +191,11 @@ class FdbAdapter(LeasedAdapter):
     def wait_for_release(self, key: bytes, pause: float) -> None:
         self.store().wait_for_release(key, pause, self.op_timeout)
 
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
+        if self._txn is not None:  # no record lock was taken under the transaction lock
+            return True
+        return bool(self.store().renew_lease(key, token, seconds))
+
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._txn is not None:
             self._txn_write(key, value)

@@ -200,6 +200,16 @@ class RadosAdapter(LeasedAdapter):
             # claim): again, guarded on what was read
         return False, None
 
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
+        if self._txn is not None:  # no record lock was taken under the transaction
+            return True
+
+        def build(op: rados.WriteOp) -> None:  # the OSD refuses it (ENOENT) once the lock is gone
+            op.execute("lock", "lock", rc.lock_op(rc.lock_name(key), f"{token:x}", seconds,
+                                                  rc.LOCK_MUST_RENEW))
+
+        return self._write(self.oid_of(key), build, "lock renewal") == 0
+
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._txn is not None:
             self._txn[key] = value

@@ -50,6 +50,8 @@ RETURNING (SELECT v FROM kv WHERE kv.k = leases.k AND :read)"""
 #: the fence: the sequence number moves only while the token's lease is live
 FENCE = f"""UPDATE seq SET n = n + 1
 WHERE EXISTS (SELECT 1 FROM leases WHERE k = ? AND token = ? AND expires > {NOW}) RETURNING n"""
+#: the lease of :token made to last :seconds from now, while it is live
+RENEW = f"UPDATE leases SET expires = {NOW} + :seconds WHERE k = :k AND token = :token AND expires > {NOW} RETURNING 1"
 DEFAULT_LEASE = 2.0
 
 
@@ -102,6 +104,9 @@ class SqliteLeasedAdapter(LeasedAdapter):
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         with self.sql.transaction():
             return self._write(key, token, value)
+
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
+        return bool(self.sql.run(RENEW, {"k": key, "token": token, "seconds": seconds}))
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
         with self.sql.transaction():

@@ -201,6 +201,15 @@ class Adapter(abc.ABC):
     def after_fork(self) -> None:
         """Runs in a forked child: drop connections inherited from the parent."""
 
+    def lock_renewal_seconds(self) -> float | None:
+        """How often a holder that lives longer than its callers' pauses
+        (the node daemon, whose connections never lose a lock while they
+        live) calls keep_locks_alive; None: record locks never expire."""
+        return None
+
+    def keep_locks_alive(self) -> None:
+        """Extend every record lock this adapter holds now."""
+
     def close(self) -> None:
         """Release what the adapter holds; the database is not used again."""
 

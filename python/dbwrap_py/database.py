@@ -152,6 +152,14 @@ class Database:
             raise AdapterContractError(f"seqnum returned {type(result).__name__}, expected int")
         return result & 0x7FFFFFFF  # dbwrap's get_seqnum returns a C int
 
+    def lock_renewal_seconds(self) -> float | None:
+        """How often keep_locks_alive must run while records are locked (None: never)."""
+        return self.adapter.lock_renewal_seconds()
+
+    def keep_locks_alive(self) -> None:
+        """Renew the adapter's expiring record locks (for a holder that must not lose them)."""
+        self.adapter.keep_locks_alive()
+
     def transaction_start(self, nonblock: bool) -> None:
         """Nested starts only count, as in tdb; the adapter sees one level."""
         self._check_usable()

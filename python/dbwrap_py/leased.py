@@ -27,6 +27,12 @@ From these the framework builds ``lock``, ``lock_get`` (one round trip),
   etcd's own locks need.
 * A waiter tries again with backoff and gives up with Timeout after
   ``op_timeout``.
+* A holder that must not lose a lock while it lives (the node daemon, for
+  its live connections) calls ``keep_locks_alive`` every
+  ``lock_renewal_seconds``. It needs a fourth primitive,
+  ``renew_lease(key, token, seconds) -> bool``: give ``token``'s unexpired
+  lease ``seconds`` more from now, as the store judges; False if ``token``
+  holds it no longer. An adapter without it keeps plain expiring leases.
 
 Who decides that a lease has expired is the store, never a client's clock:
 two hosts whose clocks differ must not both believe they hold a lock. The
@@ -130,6 +136,12 @@ class LeasedAdapter(Adapter):
         """Atomically: ``fenced_write`` unless ``value`` is KEEP, then release
         the lease if ``token`` has it. False if the write was refused."""
 
+    def renew_lease(self, key: bytes, token: int, seconds: float) -> bool | None:
+        """Optional: atomically, while ``token`` holds an unexpired lease on
+        ``key``, make it last ``seconds`` from now. False if it does not;
+        None (not overridden): this store's leases are not renewed."""
+        return None
+
     # -- derived ------------------------------------------------------------
 
     def lock(self, key: bytes) -> None:
@@ -188,6 +200,19 @@ class LeasedAdapter(Adapter):
             return self._tokens[key]
         except KeyError:
             raise LockConflict(f"write to {key!r} without holding its record lock") from None
+
+    def lock_renewal_seconds(self) -> float | None:
+        if type(self).renew_lease is LeasedAdapter.renew_lease:
+            return None
+        # a whole-second server TTL may end up to a second early (the server
+        # counts from the second it is in); three tries in what is left
+        sure = self.lease_seconds - (1.0 if self.lease_source is LeaseSource.SERVER_TTL else 0.0)
+        return max(0.1, sure / 3)
+
+    def keep_locks_alive(self) -> None:
+        """Renew every lease held; one lost already stays lost (its writes are fenced out)."""
+        for key, token in list(self._tokens.items()):
+            self.renew_lease(key, token, self.lease_seconds)
 
     def after_fork(self) -> None:
         self._tokens.clear()  # the parent's leases are not ours

@@ -20,6 +20,7 @@ from dbwrap_py.adapters._cassandra_server import CassandraCluster  # noqa: E402
 from dbwrap_py.adapters.cassandra import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
+from lease_renewal import assert_renewal_keeps_the_lock  # noqa: E402
 
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
 PERSISTENT = 0
@@ -177,6 +178,12 @@ def test_an_unknown_write_that_was_not_applied_is_fenced_out(cassandra, tmp_path
         db.put(b"k", b"late")
     db.client.fault = None
     assert db.get(b"k") is None
+
+
+def test_a_renewed_lease_keeps_the_lock_past_its_time(cassandra, tmp_path):
+    # a whole-second TTL ends up to a second early: lease 2, renewed every third of a second
+    assert_renewal_keeps_the_lock(open_db(cassandra, tmp_path, lease=2),
+                                  open_db(cassandra, tmp_path, lease=2, op_timeout=0.3))
 
 
 def test_a_commit_whose_outcome_is_unknown_is_resolved_by_its_commit_id(cassandra, tmp_path):

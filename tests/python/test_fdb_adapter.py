@@ -26,6 +26,7 @@ from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter, Timeout
 from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
+from lease_renewal import assert_renewal_keeps_the_lock
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,12 @@ def test_a_holder_whose_lease_ran_out_and_was_taken_over_is_fenced(cluster_file:
         stale.put(b"k", b"stale holder")
     fresh.unlock(b"k")
     assert fresh.get(b"k") == b"new holder"
+
+
+def test_a_renewed_lease_keeps_the_lock_past_its_time(cluster_file: Path, tmp_path: Path) -> None:
+    name = str(tmp_path / "renew.tdb")
+    assert_renewal_keeps_the_lock(open_fdb(cluster_file, name, extra=("lease=0.4",)).adapter,
+                                  open_fdb(cluster_file, name, extra=("lease=0.4", "op_timeout=0.15")).adapter)
 
 
 def test_a_traverse_longer_than_the_transaction_limit_pages_across_transactions(

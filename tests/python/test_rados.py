@@ -20,6 +20,7 @@ from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
 from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
+from lease_renewal import assert_renewal_keeps_the_lock  # noqa: E402
 
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
 
@@ -138,6 +139,11 @@ def test_an_expired_holder_cannot_write_over_the_next_one(ceph, tmp_path):
         stale.put(b"r", b"stale")
     fresh.unlock(b"r")
     assert fresh.get(b"r") == b"fresh"
+
+
+def test_a_renewed_lease_keeps_the_lock_past_its_time(ceph, tmp_path):
+    assert_renewal_keeps_the_lock(open_db(ceph, tmp_path, lease=1),
+                                  open_db(ceph, tmp_path, lease=1, op_timeout=0.4))
 
 
 def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):

@@ -169,6 +169,12 @@ class CachedAdapter(Adapter):
     def db_id(self) -> bytes:
         return self.inner.db_id()
 
+    def lock_renewal_seconds(self) -> float | None:
+        return self.inner.lock_renewal_seconds()  # records the node owns are locked in its tdb
+
+    def keep_locks_alive(self) -> None:
+        self.inner.keep_locks_alive()
+
     def after_fork(self) -> None:
         self.inner.after_fork()
         if self.cache is not None:

@@ -101,6 +101,10 @@ class RecordLocks:
             record = self._records.get(key)
             return record.holds if record is not None and record.owner == owner else 0
 
+    def any_held(self) -> bool:
+        with self._mutex:
+            return bool(self._records)
+
     def held_by(self, owner: Hashable) -> list[bytes]:
         with self._mutex:
             return sorted(self._by_owner.get(owner, ()))

@@ -1,0 +1,32 @@
+"""One check, shared by the leased adapters' tests: renewing a lease keeps
+the record lock, for the holder that must not lose it (the node daemon)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dbwrap_py.errors import Timeout
+from dbwrap_py.leased import LeasedAdapter
+
+
+def assert_renewal_keeps_the_lock(holder: LeasedAdapter, contender: LeasedAdapter, leases: float = 3) -> None:
+    """``holder`` locks a record and renews for ``leases`` of its leases;
+    ``contender`` (op_timeout under half a lease) cannot take it, the
+    holder's write still lands, and once it lets go the contender gets it."""
+    every = holder.lock_renewal_seconds()
+    assert every is not None and every < holder.lease_seconds
+    holder.lock(b"renewed")
+    until = time.monotonic() + leases * holder.lease_seconds
+    while time.monotonic() < until:
+        time.sleep(every)
+        holder.keep_locks_alive()
+    with pytest.raises(Timeout):
+        contender.lock(b"renewed")
+    holder.keep_locks_alive()
+    holder.put(b"renewed", b"holder")
+    holder.unlock(b"renewed")
+    contender.lock(b"renewed")
+    assert contender.get(b"renewed") == b"holder"
+    contender.unlock(b"renewed")

@@ -42,7 +42,7 @@ RESULTS    := results
 
 .PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb \
 	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-etcd bench-rados bench-cassandra soak-etcd clean
+	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -282,28 +282,37 @@ bench: all $(MICRO_BIN)
 	$(VPY) -m dbwrap_py.cli bench memory --connections 1,16,64 \
 		--json $(RESULTS)/bench-memory.json
 
-# bridge+tdb against native tdb only, three paired rounds per point.
+# bridge+tdb in process and through the node daemon (proxy mode) against
+# native tdb, three paired rounds per point.
 bench-smb: all
-	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --nprocs 1,4,16,64 --time 8 --rounds 3 \
-		--json $(RESULTS)/bench-smb-tdb.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --transports inproc,proxy --nprocs 1,4,16,64 \
+		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-tdb.json
+
+# Memory per smbd client process in process and in proxy mode, against
+# native, at 1 to 256 connections, for etcd, rados and cassandra (throwaway
+# servers); the node daemon's own memory is reported apart.
+bench-memory-proxy: all
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd,rados,cassandra --transports inproc,proxy \
+		--connections 1,16,64,256 --json $(RESULTS)/bench-memory-proxy.json
 
 # etcd with the node cache (a throwaway etcd and node agent) against native
 # tdb, three paired rounds per point: all eight volatile databases
 # write-back; the seed's configuration (smbXsrv_open_global node-local, on
 # native tdb); smbXsrv_open_global write-through (what a durable handle's
-# reconnect on another node needs), the rest write-back. Then its memory
-# per smbd process.
+# reconnect on another node needs), the rest write-back. The first also
+# through the node daemon (proxy mode). Then its memory per smbd process.
 bench-etcd: all
 	@mkdir -p $(RESULTS)
-	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
-		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-node-cache.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --transports inproc,proxy \
+		--nprocs 1,4,16,64 --time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-node-cache.json
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --local smbXsrv_open_global.tdb \
 		--json $(RESULTS)/bench-smb-etcd-node-cache-seed.json
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes \
 		-o etcd:smbXsrv_open_global.tdb:node_cache=write-through --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-write-through.json
-	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes \
+	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes --transports inproc,proxy \
 		--connections 1,16,64 --json $(RESULTS)/bench-memory-etcd-node-cache.json
 
 # rados (a throwaway one-OSD Ceph) against native tdb, two paired rounds

@@ -381,7 +381,8 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
                           f"({', '.join(VOLATILE_DATABASES)})")
     with ExitStack() as stack:
         ready = targets.ready_adapters(args.adapters, args.option, True, stack, print)
-        backends = [smb.Backend(None)] + [smb.Backend(a, o, local) for a, o in ready.items()]
+        runs = targets.over_transports(stack, ready, targets.parse_transports(args.transports), print)
+        backends = [smb.Backend(None)] + [smb.Backend(a, o, local) for a, o in runs]
         print(f"path-contention-shared, {args.time}s per point, {args.rounds} round(s): "
               + ", ".join(b.label for b in backends)
               + (f"; on native tdb still: {', '.join(local)}" if local else ""))
@@ -446,12 +447,16 @@ def _cmd_bench_memory(args: argparse.Namespace) -> int:
     counts = [int(n) for n in args.connections.split(",")]
     with ExitStack() as stack:
         ready = targets.ready_adapters(args.adapters, args.option, True, stack, print)
-        backends = [smb.Backend(None)] + [smb.Backend(a, o) for a, o in ready.items()]
+        runs = targets.over_transports(stack, ready, targets.parse_transports(args.transports), print)
+        backends = [smb.Backend(None)] + [smb.Backend(a, o) for a, o in runs]
         sambas = smb.start_sambas(stack, backends,
                                        lambda label, why: print(f"skipping {label}: {why}"))
+        daemons = {b.label: memory.daemon_pid(b.options["proxy_socket"]) for b in backends
+                   if b.options.get("transport") == "proxy"}
         rows = memory.measure(
             sambas, counts,
-            on_start=lambda b, n: print(f"bench memory: {b}, {n} connections", flush=True))
+            on_start=lambda b, n: print(f"bench memory: {b}, {n} connections", flush=True),
+            daemons={label: pid for label, pid in daemons.items() if pid is not None})
     print("\nper smbd client process\n" + "\n".join(memory.table_lines(rows)))
     out = Path(args.json)
     memory.write_json(out, rows)
@@ -630,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an option of --extra's adapter (repeatable)")
     instr.add_argument("--json", default="results/bench-instructions.json")
     instr.set_defaults(fn=_cmd_bench_instructions)
+    for cmd in (smb, memory):
+        cmd.add_argument("--transports", default="", metavar="inproc,proxy",
+                         help="run each adapter in process, through the node daemon, or both "
+                              "(each proxy run starts a throwaway daemon); default: as -o says")
     for cmd in (smb, micro, memory):
         cmd.add_argument("--adapters", "--adapter", default="auto",
                          help="comma list of adapters, or 'auto' for every one that has landed;"

@@ -2,8 +2,8 @@
 
 import json
 
-from dbwrap_py.bench.memory import (MemoryRow, ProcessMemory, children_of, gains, parent_pid,
-                                    parse_smaps_rollup, process_memory, summarize, table_lines,
+from dbwrap_py.bench.memory import (MemoryRow, ProcessMemory, children_of, daemon_pid, gains,
+                                    parent_pid, parse_smaps_rollup, process_memory, summarize, table_lines,
                                     write_json)
 
 ROLLUP = """\
@@ -54,10 +54,31 @@ def test_summarize_means_medians_and_total():
 def test_gain_is_per_process_against_native_at_the_same_count():
     (gain,) = gains(rows())
     assert gain == {"backend": "bridge+tdb", "connections": 16, "pss_gain_kib": 2000.0,
-                    "rss_gain_kib": 9800.0, "pss_ratio": 1.95}
+                    "rss_gain_kib": 9800.0, "pss_ratio": 1.95, "pss_gain_with_daemon_kib": 2000.0}
     lines = table_lines(rows())
-    assert lines[1].split()[-2:] == ["-", "2"]  # no gain for native; median threads
-    assert lines[2].endswith("+2.0 MiB (1.95x)        1")
+    assert lines[1].split()[-3:] == ["-", "2", "-"]  # no gain for native; median threads; no daemon
+    assert lines[2].split()[-5:] == ["+2000", "KiB", "(1.95x)", "1", "-"]
+
+
+def test_a_daemon_is_reported_apart_and_shared_out_over_its_connections():
+    native = rows()[0]
+    proxied = summarize("bridge+tdb via proxy", 16, [ProcessMemory(3, 15600, 2150)] * 2, None,
+                        daemon=ProcessMemory(9, 40000, 32000, threads=11))
+    assert (proxied.daemon_rss_kib, proxied.daemon_pss_kib, proxied.daemon_threads) == (40000, 32000, 11)
+    (gain,) = gains([native, proxied])
+    assert gain["pss_gain_kib"] == 50.0 and gain["pss_gain_with_daemon_kib"] == 50.0 + 32000 / 2
+    assert table_lines([native, proxied])[2].endswith("39.1/31.2, 11")
+
+
+def test_daemon_pid_is_found_by_its_socket(tmp_path):
+    for pid, argv in ((20, [b"python3", b"-m", b"dbwrap_py.proxy.daemon", b"--socket", b"/a.sock"]),
+                      (21, [b"dbwrap-py", b"proxy-daemon", b"--socket", b"/b.sock"]),
+                      (22, [b"cat", b"/b.sock"])):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
+    assert daemon_pid("/b.sock", tmp_path) == 21
+    assert daemon_pid("/a.sock", tmp_path) == 20
+    assert daemon_pid("/c.sock", tmp_path) is None
 
 
 def test_json_holds_rows_and_gains(tmp_path):

@@ -529,7 +529,7 @@ def test_the_fuzzer_catches_a_daemon_that_leaks_locks(tmp_path, monkeypatch):
     from dbwrap_py.proxy.session import Session
 
     monkeypatch.setattr(Session, "_let_go", lambda self, shared: None)
-    broken = ProxyDaemon(str(tmp_path / "broken.sock"), workers=2)
+    broken = ProxyDaemon(str(tmp_path / "broken.sock"))
     broken.bind()
     serving = threading.Thread(target=broken.serve, daemon=True)
     serving.start()
@@ -563,3 +563,28 @@ def test_locks_pass_between_connections_on_a_tdb_opened_with_mutexes(daemon, tmp
                 client.lock(db, b"k", wait_ms=3000)
                 client.unlock(db, b"k", b"%d" % round_)
         assert a.fetch(db_a, b"k") == b"39"
+
+
+def test_a_live_connection_keeps_a_leased_record_past_many_leases(daemon, tmp_path):
+    """The daemon renews the leases of records its connections hold: one
+    held for about seven leases still writes under its lock, and a process
+    outside the daemon (another node, say) cannot take the lock meanwhile.
+    Without the renewal the store is fenced out (FILE_LOCK_CONFLICT)."""
+    from dbwrap_py.database import open_database
+    from dbwrap_py.errors import Timeout
+
+    path, options = str(tmp_path / "leased.tdb"), ["lease=0.3", "op_timeout=1"]
+    with connect(daemon) as client:
+        db = client.open(path, "sqlite_leased", options)
+        client.lock(db, b"k")
+        outside = open_database(path, 0, 0, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "sqlite_leased",
+                                options)
+        try:
+            time.sleep(1.0)
+            with pytest.raises(Timeout):  # op_timeout: held all along
+                outside.lock(b"k")
+            client.store(db, b"k", b"written under a renewed lease")
+            client.unlock(db, b"k")
+            assert outside.fetch(b"k") == b"written under a renewed lease"
+        finally:
+            outside.close()

@@ -6,7 +6,9 @@ files), this reads /proc/<pid>/smaps_rollup of each client process: RSS, and
 PSS (proportional set size: each shared page divided among the processes
 sharing it, so pages smbd's parent shares through fork count once in total).
 The gain of the bridge is the mean PSS of a bridged client process less the
-native one measured in the same run.
+native one measured in the same run. In proxy mode the node daemon holds
+the adapters for every client process; its own RSS, PSS and threads are
+read at the same moment and reported apart (``daemon_*``).
 """
 
 from __future__ import annotations
@@ -93,17 +95,39 @@ class MemoryRow:
     parent_rss_kib: int
     parent_pss_kib: int
     threads_median: float = 1
+    #: the node daemon serving these processes (proxy mode; zeros without one)
+    daemon_rss_kib: int = 0
+    daemon_pss_kib: int = 0
+    daemon_threads: int = 0
 
 
 def summarize(backend: str, connections: int, clients: Sequence[ProcessMemory],
-              parent: ProcessMemory | None) -> MemoryRow:
+              parent: ProcessMemory | None, daemon: ProcessMemory | None = None) -> MemoryRow:
     rss = [p.rss_kib for p in clients] or [0]
     pss = [p.pss_kib for p in clients] or [0]
     return MemoryRow(backend, connections, len(clients),
                      round(statistics.mean(rss), 1), statistics.median(rss),
                      round(statistics.mean(pss), 1), statistics.median(pss), sum(pss),
                      parent.rss_kib if parent else 0, parent.pss_kib if parent else 0,
-                     statistics.median([p.threads for p in clients] or [1]))
+                     statistics.median([p.threads for p in clients] or [1]),
+                     daemon.rss_kib if daemon else 0, daemon.pss_kib if daemon else 0,
+                     daemon.threads if daemon else 0)
+
+
+def daemon_pid(socket_path: str, proc: Path = PROC) -> int | None:
+    """The node daemon listening on ``socket_path``: the process whose
+    command line runs the proxy daemon with that socket."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"dbwrap_py.proxy.daemon" in argv or b"proxy-daemon" in argv:
+            if socket_path.encode() in argv:
+                return int(entry.name)
+    return None
 
 
 def _wait_for_clients(smbd: int, helpers: set[int], wanted: int, timeout: float) -> set[int]:
@@ -133,8 +157,9 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def measure_held(samba: ThrowawaySamba, backend: str, connections: int, settle: float = 1.5,
-                 hold: int = 6, connect_timeout: float = 90) -> MemoryRow:
-    """Hold ``connections`` busy connections and read their smbd processes' memory."""
+                 hold: int = 6, connect_timeout: float = 90, daemon: int | None = None) -> MemoryRow:
+    """Hold ``connections`` busy connections and read their smbd processes'
+    memory, and the node daemon's (``daemon``, its PID) in proxy mode."""
     smbd = samba.pid
     helpers = children_of(smbd)
     command = torture_command(samba, "smb2.bench.path-contention-shared",
@@ -147,7 +172,8 @@ def measure_held(samba: ThrowawaySamba, backend: str, connections: int, settle: 
         time.sleep(settle)  # the connections are busy opening files by now
         clients = children_of(smbd) - helpers
         memory = [m for m in map(process_memory, sorted(clients)) if m is not None]
-        row = summarize(backend, connections, memory, process_memory(smbd))
+        row = summarize(backend, connections, memory, process_memory(smbd),
+                        process_memory(daemon) if daemon else None)
     finally:
         _stop(torture)
     _wait_for_clients_gone(smbd, helpers)
@@ -162,13 +188,15 @@ def _wait_for_clients_gone(smbd: int, helpers: set[int], timeout: float = 30) ->
 
 def measure(sambas: Mapping[str, ThrowawaySamba], connection_counts: Iterable[int],
             on_start: Callable[[str, int], None] = lambda *_: None,
-            on_row: Callable[[MemoryRow], None] = lambda _: None) -> list[MemoryRow]:
-    """Every backend at every connection count, native first at each count."""
+            on_row: Callable[[MemoryRow], None] = lambda _: None,
+            daemons: Mapping[str, int] | None = None) -> list[MemoryRow]:
+    """Every backend at every connection count, native first at each count;
+    ``daemons``: the node daemon's PID of each backend in proxy mode."""
     rows = []
     for connections in connection_counts:
         for backend, samba in sambas.items():
             on_start(backend, connections)
-            row = measure_held(samba, backend, connections)
+            row = measure_held(samba, backend, connections, daemon=(daemons or {}).get(backend))
             rows.append(row)
             on_row(row)
     return rows
@@ -189,6 +217,9 @@ def gains(rows: Sequence[MemoryRow]) -> list[dict]:
             "pss_gain_kib": round(row.pss_kib_mean - base.pss_kib_mean, 1),
             "rss_gain_kib": round(row.rss_kib_mean - base.rss_kib_mean, 1),
             "pss_ratio": round(row.pss_kib_mean / base.pss_kib_mean, 2),
+            # the daemon's PSS shared out over the connections it serves
+            "pss_gain_with_daemon_kib": round(row.pss_kib_mean - base.pss_kib_mean
+                                              + row.daemon_pss_kib / max(row.processes, 1), 1),
         })
     return result
 
@@ -196,14 +227,16 @@ def gains(rows: Sequence[MemoryRow]) -> list[dict]:
 def table_lines(rows: Sequence[MemoryRow]) -> list[str]:
     """Per client process: mean RSS and PSS in MiB, and PSS over native's."""
     by_gain = {(g["backend"], g["connections"]): g for g in gains(rows)}
-    lines = [f"{'backend':<22}{'conns':>6}{'procs':>6}{'RSS MiB':>9}{'PSS MiB':>9}"
-             f"{'PSS vs native':>18}{'threads':>9}"]
+    lines = [f"{'backend':<30}{'conns':>6}{'procs':>6}{'RSS MiB':>9}{'PSS MiB':>9}"
+             f"{'PSS vs native':>18}{'threads':>9}{'daemon RSS/PSS MiB, threads':>30}"]
     for row in rows:
         gain = by_gain.get((row.backend, row.connections))
-        extra = f"{gain['pss_gain_kib'] / 1024:+.1f} MiB ({gain['pss_ratio']:.2f}x)" if gain else "-"
-        lines.append(f"{row.backend:<22}{row.connections:>6}{row.processes:>6}"
+        extra = f"{gain['pss_gain_kib']:+.0f} KiB ({gain['pss_ratio']:.2f}x)" if gain else "-"
+        daemon = (f"{row.daemon_rss_kib / 1024:.1f}/{row.daemon_pss_kib / 1024:.1f}, "
+                  f"{row.daemon_threads}" if row.daemon_threads else "-")
+        lines.append(f"{row.backend:<30}{row.connections:>6}{row.processes:>6}"
                      f"{row.rss_kib_mean / 1024:>9.1f}{row.pss_kib_mean / 1024:>9.1f}{extra:>18}"
-                     f"{row.threads_median:>9g}")
+                     f"{row.threads_median:>9g}{daemon:>30}")
     return lines
 
 

@@ -6,7 +6,9 @@
 * split_options(): ``-o K=V`` for every adapter, ``-o ADAPTER:K=V`` for one;
 * servers(): starts the throwaway server of every networked adapter whose
   options name no endpoint, stopped when the ExitStack closes;
-* ready_adapters(): all three, for the `bench` commands.
+* ready_adapters(): all three, for the `bench` commands;
+* over_transports(): each ready adapter in process and through the node
+  daemon (``--transports inproc,proxy``), in one run.
 """
 
 from __future__ import annotations
@@ -90,3 +92,36 @@ def ready_adapters(text: str, pairs: Sequence[str], multi_process_only: bool, st
     adapters = parse_adapters(text, multi_process_only)
     return servers(stack, adapters, split_options(pairs, adapters),
                    on_error=lambda adapter, why: say(f"skipping {adapter}: {why}"))
+
+
+TRANSPORTS = ("inproc", "proxy")
+
+
+def parse_transports(text: str) -> list[str]:
+    """``--transports``: empty keeps what the options say; else a comma list
+    of ``inproc`` and ``proxy``."""
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = sorted(set(chosen) - set(TRANSPORTS))
+    if unknown:
+        raise DbwrapError(f"--transports: {', '.join(unknown)} is not one of {', '.join(TRANSPORTS)}")
+    return chosen
+
+
+def over_transports(stack: ExitStack, ready: Mapping[str, Mapping[str, str]], transports: Sequence[str],
+                    say: Callable[[str], None]) -> list[tuple[str, dict[str, str]]]:
+    """(adapter, options) once per transport, in that order; a proxy run
+    gets a throwaway node daemon of its own (unless ``proxy_socket`` names
+    one), so two adapters never share a daemon's adapter thread. No
+    ``transports``: each adapter once, as its options say."""
+    runs: list[tuple[str, dict[str, str]]] = []
+    for adapter, options in ready.items():
+        for transport in transports or [options.get("transport", "inproc")]:
+            wanted = {**options, "transport": transport}
+            if transport != "proxy":
+                runs.append((adapter, wanted))
+                continue
+            try:
+                runs.append((adapter, stack.enter_context(backend_options(adapter, wanted))))
+            except Exception as exc:  # a daemon that fails to start skips one run
+                say(f"skipping {adapter} via proxy: {type(exc).__name__}: {exc}")
+    return runs

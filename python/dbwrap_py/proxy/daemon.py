@@ -1,15 +1,17 @@
 """The proxy daemon: one per node, holding the adapters for smbd's processes.
 
-    dbwrap-py proxy-daemon --socket PATH [--group NAME] [--workers N]
+    dbwrap-py proxy-daemon --socket PATH [--group NAME]
 
-One thread does all socket I/O with ``selectors`` (accept, read frames,
-write replies) and a small pool runs the adapter calls. Why that shape:
-adapters' clients block (a network round trip, a tdb chainlock), so the
-calls need threads; record-lock and transaction waits are parked, not
-blocking, so a few threads serve any number of waiters; and the thousands
-of connections a busy node has cost one selector entry each, not a thread.
-Workers hand replies back through a queue and a socketpair that wakes the
-I/O thread.
+One thread does it all: the socket I/O with ``selectors`` (accept, read
+frames, write replies) and, between two selects, the requests and their
+adapter calls (loop_tasks.py says why one thread). Record-lock and
+transaction waits are parked, not blocking, so that thread serves any
+number of waiters, and the thousands of connections a busy node has cost
+one selector entry each. A reply is sent at once when the socket takes it
+whole (nearly always: replies are small); the rest waits in the
+connection's outbox for the socket to be writable. Other threads (a
+signal, an adapter's callback) reach the loop through a queue and a
+socketpair that wakes it.
 
 A connection's end (EOF, reset, malformed input) lets go of all it held at
 once: the kernel closes a killed smbd's socket, so its record locks pass to
@@ -30,19 +32,18 @@ import struct
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.log import log
+from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.process import ProxyDaemonProcess
 from dbwrap_py.proxy.serial import SerialQueue
 from dbwrap_py.proxy.session import Session
-from dbwrap_py.proxy.shared import DatabaseTable
+from dbwrap_py.proxy.shared import DatabaseTable, mark_adapter_thread
 
 __all__ = ["ProxyDaemon", "ProxyDaemonProcess", "main"]
 
-DEFAULT_WORKERS = 8
 _UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 _READ_SIZE = 256 * 1024
 
@@ -53,9 +54,10 @@ class _Connection:
     session: Session
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
-    in_flight: bool = False  # a request is out to the workers: the peer must wait
+    in_flight: bool = False  # a request is being answered: the peer must wait
     closing: bool = False    # close once the outbox is written
     closed: bool = False
+    events: int = selectors.EVENT_READ  # what the selector watches for
 
 
 def _groups_of(pid: int) -> set[int]:
@@ -73,16 +75,16 @@ def _groups_of(pid: int) -> set[int]:
 class ProxyDaemon:
     """The server: ``bind()``, then ``serve()`` until ``stop()``."""
 
-    def __init__(self, socket_path: str, group: str | None = None, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(self, socket_path: str, group: str | None = None) -> None:
         self.socket_path = socket_path
         self.gid = grp.getgrnam(group).gr_gid if group is not None else None
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="proxy-worker")
         self._selector = selectors.DefaultSelector()
         self._replies: queue.SimpleQueue[tuple[_Connection, bytes | None, bool]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self.table = DatabaseTable(on_deadline=self._wake)
+        self._tasks = LoopTasks(self._wake)
+        self.table = DatabaseTable(self._tasks, on_deadline=self._wake)
         self._listener: socket.socket | None = None
         self._connections: set[_Connection] = set()
         self._stopping = False
@@ -133,9 +135,15 @@ class ProxyDaemon:
     # -- the loop ---------------------------------------------------------------
 
     def serve(self) -> None:
+        self._tasks.bind_to_this_thread()
+        mark_adapter_thread()
         while not self._stopping:
-            next_deadline = self.table.expire(time.monotonic())
-            timeout = None if next_deadline is None else max(0.0, next_deadline - time.monotonic())
+            self._tasks.run_pending()
+            now = time.monotonic()
+            due = [t for t in (self.table.expire(now), self.table.renew(now)) if t is not None]
+            if self._tasks.pending():
+                due.append(now)
+            timeout = max(0.0, min(due) - time.monotonic()) if due else None
             for selected, events in self._selector.select(timeout):
                 if selected.data == "accept":
                     self._accept()
@@ -178,19 +186,31 @@ class ProxyDaemon:
             return
         sock.setblocking(False)
         connection = _Connection(sock, None)  # type: ignore[arg-type]
-        connection.session = Session(self.table, SerialQueue(self._pool),
+        connection.session = Session(self.table, SerialQueue(self.table.adapter_thread),
                                      lambda message, hang_up: self._reply(connection, message, hang_up))
         connection.session.peer_pid = pid
         self._connections.add(connection)
         self._selector.register(sock, selectors.EVENT_READ, connection)
 
     def _reply(self, connection: _Connection, message: bytes | None, hang_up: bool) -> None:
-        """From a worker: hand a reply (or a hang-up) to the I/O thread."""
-        self._replies.put((connection, message, hang_up))
-        self._wake()
+        """A request's answer (or a hang-up): on the loop's thread, out at
+        once; from another thread, through the queue."""
+        if not self._tasks.on_loop_thread():
+            self._replies.put((connection, message, hang_up))
+            self._wake()
+            return
+        if connection.closed:
+            return
+        connection.in_flight = False
+        if message is not None:
+            connection.outbox += message
+        connection.closing = connection.closing or hang_up
+        self._flush(connection)
+        if not connection.closed:
+            self._next_request(connection)
 
     def _wake(self) -> None:
-        """The I/O thread looks at replies and deadlines again."""
+        """The loop looks at replies, tasks and deadlines again (from any thread)."""
         with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"w")
 
@@ -200,18 +220,9 @@ class ProxyDaemon:
                 pass
         while True:
             try:
-                connection, message, hang_up = self._replies.get_nowait()
+                self._reply(*self._replies.get_nowait())
             except queue.Empty:
                 return
-            if connection.closed:
-                continue
-            connection.in_flight = False
-            if message is not None:
-                connection.outbox += message
-            connection.closing = connection.closing or hang_up
-            self._flush(connection)
-            if not connection.closed:
-                self._next_request(connection)
 
     def _read(self, connection: _Connection) -> None:
         try:
@@ -230,7 +241,7 @@ class ProxyDaemon:
         self._next_request(connection)
 
     def _next_request(self, connection: _Connection) -> None:
-        """Hand the next complete frame to the workers, if there is one."""
+        """Queue the next complete frame's request, if there is one."""
         inbox = connection.inbox
         if connection.in_flight or connection.closing or len(inbox) < 4:
             return
@@ -263,7 +274,9 @@ class ProxyDaemon:
             self._drop(connection, None)
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.outbox else 0)
-        self._selector.modify(connection.sock, events, connection)
+        if events != connection.events:  # not a system call per reply
+            self._selector.modify(connection.sock, events, connection)
+            connection.events = events
 
     def _drop(self, connection: _Connection, reason: str | None) -> None:
         """Close the socket now; the session lets go of its holds on its queue."""
@@ -284,7 +297,7 @@ class ProxyDaemon:
                 os.unlink(self.socket_path)
         for connection in list(self._connections):
             self._drop(connection, None)
-        self._pool.shutdown(wait=True)
+        self._tasks.shutdown()  # the connections' hang-ups, before their databases close
         self.table.close_all()
         self._selector.close()
         self._wake_r.close()
@@ -297,15 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "adapters for smbd's processes")
     parser.add_argument("--socket", required=True, help="the unix socket smbd's processes connect to")
     parser.add_argument("--group", help="a group whose members may connect too (socket mode 0660)")
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
-                        help=f"threads running adapter calls (default {DEFAULT_WORKERS})")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        daemon = ProxyDaemon(args.socket, args.group, max(1, args.workers))
+        daemon = ProxyDaemon(args.socket, args.group)
         daemon.bind()
     except (KeyError, OSError) as exc:  # KeyError: no such group
         print(f"dbwrap-py proxy-daemon: {exc}", file=sys.stderr)

@@ -23,12 +23,10 @@ class ProxyDaemonProcess:
     ``start()`` restarts it on the same path.
     """
 
-    def __init__(self, socket_path: str | Path | None = None, group: str | None = None,
-                 workers: int | None = None) -> None:
+    def __init__(self, socket_path: str | Path | None = None, group: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-"))
         self.socket_path = str(socket_path or self.dir / "proxy.sock")
         self.group = group
-        self.workers = workers
         self.log = self.dir / "daemon.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -51,8 +49,7 @@ class ProxyDaemonProcess:
 
     def start(self, timeout: float = 15.0) -> None:
         argv = [sys.executable, "-m", "dbwrap_py.proxy.daemon", "--socket", self.socket_path,
-                *(["--group", self.group] if self.group else []),
-                *(["--workers", str(self.workers)] if self.workers else [])]
+                *(["--group", self.group] if self.group else [])]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)

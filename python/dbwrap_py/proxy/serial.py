@@ -1,4 +1,4 @@
-"""Work for one connection, run in order on a shared thread pool."""
+"""Work for one connection, run in order on a shared executor (the daemon's adapter thread)."""
 
 from __future__ import annotations
 

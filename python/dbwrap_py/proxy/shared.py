@@ -1,31 +1,53 @@
-"""The databases the daemon's connections share.
+"""The databases the daemon's connections share, and the adapter thread.
 
 One ``Database`` per identical (name, adapter, options), counted by the
 handles that opened it and closed with the last. Every adapter call, opens
-included, runs on one thread, the daemon's adapter thread:
+included, runs on one thread, the daemon's adapter thread, because:
 - adapters are not promised thread-safe, and their databases share one
   client (etcd's per-process session: called from one thread per database,
   smbd's stores failed with FILE_LOCK_CONFLICT under smbtorture);
 - a lock taken on one thread may have to be released on that thread (tdb's
   robust mutexes, smbd's locking.tdb and the node cache's files: unlocked
-  from another worker, the record stayed locked for good).
+  from another thread, the record stayed locked for good).
+The same thread runs the connections' requests, so a request's adapter
+call is made inline (each hand-off between threads cost about 40 us).
 Nobody waits on that thread while parked, on a record lock or on the
 transaction gate.
+
+A connection holds its records as long as it lives (a paused smbd
+included), so while any are held the adapter's expiring record locks
+(leases) are renewed on that thread, every ``lock_renewal_seconds``.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from concurrent.futures import Executor, ThreadPoolExecutor
+import time
+from concurrent.futures import Executor, Future
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.proxy.locks import Callback, Outcome, RecordLocks
+from dbwrap_py.proxy.log import log
 
 T = TypeVar("T")
 DatabaseKey = tuple[str, str, tuple[str, ...]]
+
+_on_adapter_thread = threading.local()
+
+
+def mark_adapter_thread() -> None:
+    """The calling thread is the adapter thread: run_on calls inline there."""
+    _on_adapter_thread.yes = True
+
+
+def run_on(executor: Executor, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` on the adapter thread: inline when already there."""
+    if getattr(_on_adapter_thread, "yes", False):
+        return fn(*args)
+    return executor.submit(fn, *args).result()
 
 
 class SharedDatabase:
@@ -42,13 +64,34 @@ class SharedDatabase:
         self._gate = threading.Lock()
         self._txn_owner: Hashable | None = None
         self._gate_waiters: collections.deque[tuple[Hashable, Callback]] = collections.deque()
+        self.renew_every = db.lock_renewal_seconds()
+        self._renewed_at = time.monotonic()
+        self._renewal: Future[None] | None = None
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)``, an adapter call, on the adapter thread."""
-        return self._adapter_thread.submit(fn, *args).result()
+        return run_on(self._adapter_thread, fn, *args)
 
     def close(self) -> None:
         self.call(self.db.close)
+
+    def renew(self, now: float) -> float | None:
+        """Queue a renewal of the held records' leases when one is due; when
+        the next one is due (None: this adapter's locks never expire)."""
+        if self.renew_every is None:
+            return None
+        if now - self._renewed_at >= self.renew_every:
+            behind = self._renewal is not None and not self._renewal.done()
+            if not behind and self.locks.any_held():  # queued: the loop runs it after its selects
+                self._renewal = self._adapter_thread.submit(self._keep_locks_alive)
+            self._renewed_at = now
+        return self._renewed_at + self.renew_every
+
+    def _keep_locks_alive(self) -> None:
+        try:
+            self.db.keep_locks_alive()
+        except Exception as exc:  # the next renewal tries again; a lost lease fences writes
+            log(f"{self.name}: lock renewal: {type(exc).__name__}: {exc}")
 
     # -- the transaction gate ---------------------------------------------------
 
@@ -93,12 +136,13 @@ class SharedDatabase:
 class DatabaseTable:
     """The shared databases by (name, adapter, options)."""
 
-    def __init__(self, on_deadline: Callback | None = None) -> None:
+    def __init__(self, adapter_thread: Executor, on_deadline: Callback | None = None) -> None:
         self._on_deadline = on_deadline  # a record wait got a deadline
-        self._mutex = threading.Lock()    # the dict; held briefly (the I/O thread takes it)
+        self._mutex = threading.Lock()    # the dict; held briefly (the loop and callers of expire take it)
         self._opening = threading.Lock()  # one open at a time, so no name opens twice
         self._open: dict[DatabaseKey, SharedDatabase] = {}
-        self._adapter_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="adapters")
+        #: the one thread for adapter calls and the connections' requests
+        self.adapter_thread = adapter_thread
 
     def open(self, name: str, hash_size: int, tdb_flags: int, open_flags: int, mode: int,
              lock_order: int, dbwrap_flags: int, adapter: str, options: Sequence[str]) -> SharedDatabase:
@@ -111,11 +155,10 @@ class DatabaseTable:
                     shared.refs += 1
                     return shared
             # outside the dict's mutex: an adapter's open may take a network round trip
-            db = self._adapter_thread.submit(open_database, name, hash_size, tdb_flags, open_flags,
-                                             mode, lock_order, dbwrap_flags, adapter,
-                                             list(options)).result()
+            db = run_on(self.adapter_thread, open_database, name, hash_size, tdb_flags, open_flags,
+                        mode, lock_order, dbwrap_flags, adapter, list(options))
             with self._mutex:
-                shared = self._open[key] = SharedDatabase(key, db, self._adapter_thread,
+                shared = self._open[key] = SharedDatabase(key, db, self.adapter_thread,
                                                           self._on_deadline)
             return shared
 
@@ -130,10 +173,17 @@ class DatabaseTable:
 
     def expire(self, now: float) -> float | None:
         """Fail record waits past their deadline; the next deadline, if any."""
+        return self._earliest(lambda shared: shared.locks.expire(now))
+
+    def renew(self, now: float) -> float | None:
+        """Queue the lease renewals due; when the next is due, if any."""
+        return self._earliest(lambda shared: shared.renew(now))
+
+    def _earliest(self, each: Callable[[SharedDatabase], float | None]) -> float | None:
         with self._mutex:
             databases = list(self._open.values())
-        deadlines = [d for d in (shared.locks.expire(now) for shared in databases) if d is not None]
-        return min(deadlines, default=None)
+        times = [t for t in map(each, databases) if t is not None]
+        return min(times, default=None)
 
     def close_all(self) -> None:
         with self._mutex:
@@ -143,4 +193,4 @@ class DatabaseTable:
             for shared in databases:
                 shared.close()
         finally:
-            self._adapter_thread.shutdown(wait=True)
+            self.adapter_thread.shutdown(wait=True)

@@ -212,6 +212,17 @@ _SESSIONS: dict[ClientConfig, _Session] = {}
 _SESSIONS_LOCK = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    """A thread of the parent (an opener renewal connecting to a dead
+    server, say) may hold the lock across fork(), for seconds: the child,
+    where that thread is not, would wait for it forever."""
+    global _SESSIONS_LOCK
+    _SESSIONS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def session_for(config: ClientConfig) -> _Session:
     """This process's session for ``config``; a parent's is dropped unused."""
     with _SESSIONS_LOCK:

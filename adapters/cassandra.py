@@ -591,5 +591,7 @@ class _Openers:
 
 
 _OPENERS = _Openers()
+# the parent's renewal thread may hold its lock at fork(); the child has no such thread
+os.register_at_fork(after_in_child=lambda: setattr(_OPENERS, "_lock", threading.Lock()))
 
 ADAPTER = CassandraAdapter

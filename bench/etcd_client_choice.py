@@ -290,6 +290,14 @@ def child_main(kind: str, endpoints: str, cycles: int, forks: int) -> None:
                       "alone": alone, "children": children}))
 
 
+def print_table(summary: dict, rows: list) -> None:
+    """A markdown table: a column per client, a row per (label, format)."""
+    print("| | " + " | ".join(summary) + " |")
+    print("|---|" + "---|" * len(summary))
+    for label, fmt in rows:
+        print(f"| {label} | " + " | ".join(fmt(s) for s in summary.values()) + " |")
+
+
 def percentile(sorted_values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     rank = math.ceil(fraction * len(sorted_values))
@@ -445,10 +453,7 @@ def print_daemon_table(summary: dict[str, dict], thread_counts: list[int], runs:
         ("sockets after use", lambda s: f"{s['sockets_used']:.0f}"),
         ("setup (import, open, first cycle), ms", lambda s: f"{s['setup_ms']:.0f}"),
     ]
-    print("| | " + " | ".join(summary) + " |")
-    print("|---|" + "---|" * len(summary))
-    for label, fmt in rows:
-        print(f"| {label} | " + " | ".join(fmt(s) for s in summary.values()) + " |")
+    print_table(summary, rows)
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -552,10 +557,7 @@ def per_process_table(raw: dict[str, list[dict]], runs: int, cycles: int, forks:
         ("forked child PSS, MiB", lambda s: f"{s['child_pss_mib']:.1f}"),
         ("forked child threads", lambda s: f"{s['child_threads']:.0f}"),
     ]
-    print("| | " + " | ".join(summary) + " |")
-    print("|---|" + "---|" * len(summary))
-    for label, fmt in rows:
-        print(f"| {label} | " + " | ".join(fmt(s) for s in summary.values()) + " |")
+    print_table(summary, rows)
     return {"summary": summary, "runs": raw}
 
 

@@ -21,11 +21,16 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS)
 
+# The node cache's rules without Python (hidden in the bridge: no ABI).
+NODECACHE  := python/dbwrap_py/nodecache
+NODECACHE_HDR := $(NODECACHE)/_core.h $(NODECACHE)/_layout.h
+
 # The bridge without Python (what a proxy-mode smbd maps), and the
 # in-process transport, the one part linked with libpython, loaded on demand.
 BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
               c_bridge/errno_map.c c_bridge/log.c c_bridge/options.c c_bridge/inproc_loader.c \
-              c_bridge/proxy_wire.c c_bridge/proxy_conn.c c_bridge/transport_proxy.c
+              c_bridge/proxy_wire.c c_bridge/proxy_conn.c c_bridge/transport_proxy.c \
+              $(NODECACHE)/_core.c
 INPROC_SRC := c_bridge/transport_inproc.c c_bridge/inproc_python.c c_bridge/inproc_native.c \
               c_bridge/py_runtime.c
 BRIDGE_HDR := $(wildcard c_bridge/*.h)
@@ -69,9 +74,10 @@ $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 	$(VPY_SCYLLA) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
-$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) | deps
+$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) | deps
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,libdbwrap_py.so -o $@ $(BRIDGE_SRC) $(SAMBA_LIBS) -ldl -lpthread
+	$(CC) $(CFLAGS) -Ic_bridge -I$(NODECACHE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
+		$(BRIDGE_SRC) $(SAMBA_LIBS) -lz -ldl -lpthread
 
 # No rpath: only libdbwrap_py.so loads it, so that is in the process already,
 # found by its soname however it was loaded

@@ -27,14 +27,15 @@ records = Extension(
     depends=["c_bridge/records_api.h"],
 )
 
-# the node cache's records in C: the owner of its local rules, and the
-# bridge's hot path for owned records (native records, without the GIL)
+# the node cache's records in C: its local rules (_core.c, without Python,
+# linked into libdbwrap_py.so too), and the bridge's hot path for owned
+# records (native records, without the GIL)
 nodecache_fastpath = Extension(
     "dbwrap_py.nodecache._fastpath",
-    sources=["python/dbwrap_py/nodecache/_fastpath.c"],
+    sources=["python/dbwrap_py/nodecache/_fastpath.c", "python/dbwrap_py/nodecache/_core.c"],
     include_dirs=["c_bridge", "adapters"],  # native_records.h; _tdb_api.h
     depends=["c_bridge/native_records.h", "adapters/_tdb_api.h",
-             "python/dbwrap_py/nodecache/_layout.h"],
+             "python/dbwrap_py/nodecache/_core.h", "python/dbwrap_py/nodecache/_layout.h"],
     libraries=["tdb", "talloc", "z"],
 )
 

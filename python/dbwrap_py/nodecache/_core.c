@@ -29,6 +29,14 @@
 
 #define RECHECK_SECONDS 0.5
 
+struct state_header {
+	int64_t lease;
+	double valid_until;
+	uint32_t status;
+	uint32_t pid;
+	char name[STATE_NAME_SIZE + 1];
+};
+
 static double monotonic_now(void)
 {
 	struct timespec ts;
@@ -64,7 +72,7 @@ void nc_state_unmap(struct nc_state *st)
 }
 
 /* Map the file again if the agent replaced it (a restart); true if it did. */
-bool nc_state_remap(struct nc_state *st)
+static bool state_remap(struct nc_state *st)
 {
 	struct stat s;
 	void *map;
@@ -101,7 +109,7 @@ int nc_state_open(struct nc_state *st, const char *dir)
 	free(st->path);
 	st->path = path;
 	nc_state_unmap(st);
-	nc_state_remap(st);
+	state_remap(st);
 	return 0;
 }
 
@@ -113,7 +121,7 @@ void nc_state_close(struct nc_state *st)
 }
 
 /* A consistent copy: retried while the agent writes (an odd counter). */
-bool nc_state_header(const uint8_t *map, struct nc_state_header *h)
+static bool state_header(const uint8_t *map, struct state_header *h)
 {
 	int attempt;
 
@@ -142,18 +150,18 @@ bool nc_state_header(const uint8_t *map, struct nc_state_header *h)
 /* The node lease while it is surely alive (0 if not), and the agent's status. */
 int64_t nc_state_live(struct nc_state *st, uint32_t *status)
 {
-	struct nc_state_header h = { .lease = 0, .status = STATE_STOPPED };
+	struct state_header h = { .lease = 0, .status = STATE_STOPPED };
 	double now = monotonic_now();
 
-	if (st->map == NULL || !nc_state_header(st->map, &h) || now >= h.valid_until) {
+	if (st->map == NULL || !state_header(st->map, &h) || now >= h.valid_until) {
 		if (now >= st->next_check) {
 			st->next_check = now + RECHECK_SECONDS;
-			if (nc_state_remap(st) && nc_state_header(st->map, &h) && now < h.valid_until) {
+			if (state_remap(st) && state_header(st->map, &h) && now < h.valid_until) {
 				*status = h.status;
 				return h.lease;
 			}
 		}
-		*status = (st->map != NULL && nc_state_header(st->map, &h)) ? h.status : STATE_STOPPED;
+		*status = (st->map != NULL && state_header(st->map, &h)) ? h.status : STATE_STOPPED;
 		return 0;
 	}
 	*status = h.status;
@@ -163,11 +171,11 @@ int64_t nc_state_live(struct nc_state *st, uint32_t *status)
 /* The lease (and node name) to take new records under: a running agent's, else 0 and "". */
 int64_t nc_state_current(struct nc_state *st, char name[STATE_NAME_SIZE + 1])
 {
-	struct nc_state_header h;
+	struct state_header h;
 	uint32_t status;
 	int64_t lease = nc_state_live(st, &status);
 
-	if (lease == 0 || status != STATE_RUNNING || !nc_state_header(st->map, &h)) {
+	if (lease == 0 || status != STATE_RUNNING || !state_header(st->map, &h)) {
 		name[0] = '\0';
 		return 0;
 	}
@@ -178,22 +186,22 @@ int64_t nc_state_current(struct nc_state *st, char name[STATE_NAME_SIZE + 1])
 /* Whether an agent serves the directory (not before the first, nor after one stopped). */
 bool nc_state_configured(struct nc_state *st)
 {
-	struct nc_state_header h;
+	struct state_header h;
 
-	if (st->map == NULL && !nc_state_remap(st)) {
+	if (st->map == NULL && !state_remap(st)) {
 		return false;
 	}
-	if (nc_state_header(st->map, &h) && h.status == STATE_STOPPED) {
-		nc_state_remap(st); /* a new agent may have replaced the file */
+	if (state_header(st->map, &h) && h.status == STATE_STOPPED) {
+		state_remap(st); /* a new agent may have replaced the file */
 	}
-	return nc_state_header(st->map, &h) && h.status != STATE_STOPPED;
+	return state_header(st->map, &h) && h.status != STATE_STOPPED;
 }
 
 void nc_state_node_name(struct nc_state *st, char name[STATE_NAME_SIZE + 1])
 {
-	struct nc_state_header h;
+	struct state_header h;
 
-	if ((st->map == NULL && !nc_state_remap(st)) || !nc_state_header(st->map, &h)) {
+	if ((st->map == NULL && !state_remap(st)) || !state_header(st->map, &h)) {
 		name[0] = '\0';
 		return;
 	}
@@ -202,10 +210,10 @@ void nc_state_node_name(struct nc_state *st, char name[STATE_NAME_SIZE + 1])
 
 uint32_t nc_state_agent_pid(struct nc_state *st)
 {
-	struct nc_state_header h;
+	struct state_header h;
 
-	nc_state_remap(st);
-	if (st->map == NULL || !nc_state_header(st->map, &h)) {
+	state_remap(st);
+	if (st->map == NULL || !state_header(st->map, &h)) {
 		return 0;
 	}
 	return h.pid;
@@ -378,7 +386,7 @@ enum nc_owned nc_classify(const struct nc_records *rec, TDB_DATA key, int64_t le
 }
 
 /* Store header + value (the buffers) as key's local record. */
-int nc_keep_local(const struct nc_records *rec, TDB_DATA key, const struct local_header *h,
+static int keep_local(const struct nc_records *rec, TDB_DATA key, const struct local_header *h,
 		  const TDB_DATA *dbufs, int num_dbufs)
 {
 	struct tdb_context *tdb = *rec->records_tdb;
@@ -419,7 +427,7 @@ int nc_stand(const struct nc_records *rec, TDB_DATA key, int64_t lease,
 	enum nc_owned kind = nc_classify(rec, key, lease, fn, private_data, h);
 
 	if (kind == NC_OWNED_FRESH) {
-		if (nc_keep_local(rec, key, h, NULL, 0) != 0) {
+		if (keep_local(rec, key, h, NULL, 0) != 0) {
 			return -1;
 		}
 		if (fn != NULL) {
@@ -478,7 +486,7 @@ int nc_keep(const struct nc_records *rec, TDB_DATA key, int64_t lease, int64_t t
 	if (value == NULL && !(flags & LOCAL_DETACHED)) {
 		h.flags |= LOCAL_DELETED;
 	}
-	return nc_keep_local(rec, key, &h, value, value != NULL ? 1 : 0);
+	return keep_local(rec, key, &h, value, value != NULL ? 1 : 0);
 }
 
 /*
@@ -493,7 +501,7 @@ int nc_write_fenced(const struct nc_records *rec, TDB_DATA key, struct local_hea
 	if (in_store >= 0) {
 		h->flags = in_store ? (h->flags | LOCAL_IN_STORE) : (h->flags & ~LOCAL_IN_STORE);
 	}
-	return nc_keep_local(rec, key, h, value, value != NULL ? 1 : 0);
+	return keep_local(rec, key, h, value, value != NULL ? 1 : 0);
 }
 
 struct standing_state {
@@ -544,7 +552,7 @@ uint32_t nc_forget(const struct nc_records *rec, TDB_DATA key, int64_t lease,
 	if (nc_bucket_holds(rec, key, lease, &token, &stored)) {
 		struct local_header h = { lease, token, LOCAL_DETACHED };
 
-		if (nc_keep_local(rec, key, &h, NULL, 0) != 0) {
+		if (keep_local(rec, key, &h, NULL, 0) != 0) {
 			return nc_why(why, NC_NT_INTERNAL_DB_ERROR, "tdb_store of a detached mark failed");
 		}
 	} else if (tdb_delete(tdb, key) != 0 && tdb_error(tdb) != TDB_ERR_NOEXIST) {
@@ -804,7 +812,7 @@ uint32_t nc_storev(const struct nc_records *rec, TDB_DATA key, const TDB_DATA *d
 		return fence_why(fenced, why);
 	}
 	h.flags &= ~LOCAL_DELETED;
-	if (nc_keep_local(rec, key, &h, dbufs, num_dbufs) != 0) {
+	if (keep_local(rec, key, &h, dbufs, num_dbufs) != 0) {
 		return nc_why(why, NC_NT_INTERNAL_DB_ERROR, "tdb_storev of the local record failed");
 	}
 	return 0;
@@ -822,7 +830,7 @@ uint32_t nc_delete(const struct nc_records *rec, TDB_DATA key, struct dbwrap_py_
 		return nc_why(why, NC_NT_NOT_FOUND, "delete of a missing key");
 	}
 	h.flags |= LOCAL_DELETED; /* a tombstone: the vacuum tells the store, or drops it */
-	if (nc_keep_local(rec, key, &h, NULL, 0) != 0) {
+	if (keep_local(rec, key, &h, NULL, 0) != 0) {
 		return nc_why(why, NC_NT_INTERNAL_DB_ERROR, "tdb_store of the tombstone failed");
 	}
 	return 0;

@@ -40,14 +40,6 @@ struct nc_state {
 	double next_check;
 };
 
-struct nc_state_header {
-	int64_t lease;
-	double valid_until;
-	uint32_t status;
-	uint32_t pid;
-	char name[STATE_NAME_SIZE + 1];
-};
-
 /* One database's local records (<db_id>.tdb) and buckets (<db_id>.buckets.tdb). */
 struct nc_records {
 	struct tdb_context *const *records_tdb;
@@ -79,8 +71,6 @@ NC_CORE uint32_t nc_why(struct dbwrap_py_native_why *why, uint32_t status, const
 NC_CORE int nc_state_open(struct nc_state *st, const char *dir);
 NC_CORE void nc_state_close(struct nc_state *st);
 NC_CORE void nc_state_unmap(struct nc_state *st);
-NC_CORE bool nc_state_remap(struct nc_state *st);
-NC_CORE bool nc_state_header(const uint8_t *map, struct nc_state_header *h);
 NC_CORE int64_t nc_state_live(struct nc_state *st, uint32_t *status);
 NC_CORE int64_t nc_state_current(struct nc_state *st, char name[STATE_NAME_SIZE + 1]);
 NC_CORE bool nc_state_configured(struct nc_state *st);
@@ -97,8 +87,6 @@ NC_CORE bool nc_bucket_holds(const struct nc_records *rec, TDB_DATA key, int64_t
 NC_CORE enum nc_owned nc_classify(const struct nc_records *rec, TDB_DATA key, int64_t lease,
 				  dbwrap_py_native_value_fn fn, void *private_data,
 				  struct local_header *header);
-NC_CORE int nc_keep_local(const struct nc_records *rec, TDB_DATA key, const struct local_header *h,
-			  const TDB_DATA *dbufs, int num_dbufs);
 NC_CORE int nc_stand(const struct nc_records *rec, TDB_DATA key, int64_t lease,
 		     dbwrap_py_native_value_fn fn, void *private_data, struct local_header *h);
 NC_CORE enum nc_fence nc_fence(const struct nc_records *rec, TDB_DATA key, struct local_header *h);

@@ -19,13 +19,9 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdbool.h>
-#include <talloc.h>
-#include <tdb.h>
 
 #include "_core.h"
 #include "_tdb_api.h"
-#include "native_records.h"
 
 static const struct dbwrap_py_tdb_api *tdb_api;
 static PyObject *fenced_out;   /* dbwrap_py.errors.FencedOut */

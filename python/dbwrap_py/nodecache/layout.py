@@ -12,7 +12,7 @@ directory, named by the adapter's database id:
   claimed it (a key of the node's bucket that is neither there nor in the
   local records does not exist: a new record needs no round trip).
 
-The C fast path reads the same layout (c_bridge/nodecache_layout.h).
+The C rules read the same layout (_layout.h, read by _core.c).
 """
 
 from __future__ import annotations

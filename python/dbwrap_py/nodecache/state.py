@@ -58,7 +58,7 @@ def _probe(h: int) -> list[int]:
     return [(start + i) % WANTED_SLOTS for i in range(PROBES)]
 
 
-#: a process's view of the agent's state: the C reader (_fastpath.c), which
+#: a process's view of the agent's state: the C reader (_core.c), which
 #: the fast path uses too. current() -> (lease, node name) to take new records
 #: under, else (0, b""); lease() -> the node lease while surely alive;
 #: configured(); node_name(); agent_pid(); wanted(db_id, key); close().

@@ -29,7 +29,8 @@ NODECACHE_HDR := $(NODECACHE)/_core.h $(NODECACHE)/_layout.h
 # in-process transport, the one part linked with libpython, loaded on demand.
 BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
               c_bridge/errno_map.c c_bridge/log.c c_bridge/options.c c_bridge/inproc_loader.c \
-              c_bridge/proxy_wire.c c_bridge/proxy_conn.c c_bridge/transport_proxy.c \
+              c_bridge/locked_copy.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
+              c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
               $(NODECACHE)/_core.c
 INPROC_SRC := c_bridge/transport_inproc.c c_bridge/inproc_python.c c_bridge/inproc_native.c \
               c_bridge/py_runtime.c
@@ -46,7 +47,7 @@ MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
 .PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb \
-	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
+	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture-proxy-etcd-fastpath test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
@@ -140,7 +141,7 @@ test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-tort
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla \
 	test-torture-fdb-model-cache test-conformance-proxy test-fuzz-proxy test-torture-proxy-etcd \
-	test-torture-proxy-rados
+	test-torture-proxy-rados test-torture-proxy-etcd-fastpath
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -184,6 +185,7 @@ test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The same tables in proxy mode (each run starts a throwaway node daemon):
@@ -193,12 +195,16 @@ test-conformance-proxy: all
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2
 	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2
 	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2
 	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=yes
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all
@@ -223,6 +229,10 @@ test-torture-proxy-etcd: all
 
 test-torture-proxy-rados: all
 	$(VPY) -m dbwrap_py.cli torture --adapter rados -o transport=proxy
+
+# etcd with the node cache via proxy, smbd reaching the node's records itself (make test-full).
+test-torture-proxy-etcd-fastpath: all
+	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy -o node_cache=yes -o proxy_fastpath=yes
 
 # The same suites with smbd's volatile databases on a throwaway etcd.
 test-torture-etcd: all
@@ -310,16 +320,18 @@ bench-memory-proxy: all
 # through the node daemon (proxy mode). Then its memory per smbd process.
 bench-etcd: all
 	@mkdir -p $(RESULTS)
-	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --transports inproc,proxy \
-		--nprocs 1,4,16,64 --time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-node-cache.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes \
+		--transports inproc,proxy,proxy-fastpath --nprocs 1,4,16,64 --time 8 --rounds 3 \
+		--json $(RESULTS)/bench-smb-etcd-node-cache.json
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --local smbXsrv_open_global.tdb \
 		--json $(RESULTS)/bench-smb-etcd-node-cache-seed.json
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes \
 		-o etcd:smbXsrv_open_global.tdb:node_cache=write-through --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-etcd-write-through.json
-	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes --transports inproc,proxy \
-		--connections 1,16,64 --json $(RESULTS)/bench-memory-etcd-node-cache.json
+	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd -o etcd:node_cache=yes \
+		--transports inproc,proxy,proxy-fastpath --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory-etcd-node-cache.json
 
 # rados (a throwaway one-OSD Ceph) against native tdb, two paired rounds
 # per point, at three omap ratios: 1, 8 (the default) and 64 objects per

@@ -14,11 +14,10 @@
 
 #include "inproc.h"
 
+#include "locked_copy.h"
 #include "log.h"
 
 #define TDB_REPLACE_FLAG 1 /* tdb.h's TDB_REPLACE; 0 means the same */
-/* share-mode and g_lock records fit; larger values are copied to the heap */
-#define LOCKED_COPY_INLINE 512
 
 bool inproc_native_bind(struct dbwrap_py_db *db, PyObject *adapter, bool *found)
 {
@@ -109,61 +108,12 @@ static NTSTATUS native_storev(struct dbwrap_py_db *db, TDB_DATA key,
 	return code == 0 ? NT_STATUS_OK : native_failed(db, "store", code, &why);
 }
 
-/* The value do_locked's callback gets: its own copy. */
-struct locked_copy {
-	TDB_DATA value;
-	bool found;
-	bool copied;
-	uint8_t inline_buf[LOCKED_COPY_INLINE];
-};
-
-static void locked_copy_value(TDB_DATA value, bool found, void *private_data)
-{
-	struct locked_copy *copy = private_data;
-
-	copy->found = found;
-	copy->value = (TDB_DATA) { copy->inline_buf, value.dsize };
-	if (value.dsize > sizeof(copy->inline_buf)) {
-		copy->value.dptr = talloc_memdup(NULL, value.dptr, value.dsize);
-		copy->copied = (copy->value.dptr != NULL);
-		return;
-	}
-	if (value.dsize > 0) {
-		memcpy(copy->inline_buf, value.dptr, value.dsize);
-	}
-	copy->copied = true;
-}
-
 /* do_locked: lock and copy the value, fn, its store if any, unlock. */
 static NTSTATUS native_locked(struct dbwrap_py_db *db, TDB_DATA key,
 			      dbwrap_py_locked_fn fn, void *private_data)
 {
-	struct locked_copy copy; /* not zeroed: the inline buffer need not be */
-	const TDB_DATA *write;
-	NTSTATUS status, unlocked;
-
-	copy.value = tdb_null;
-	copy.copied = false;
-	status = native_lock(db, key, locked_copy_value, &copy);
-	if (!NT_STATUS_IS_OK(status)) {
-		return status;
-	}
-	if (!copy.copied) {
-		dbwrap_py_log(db->name, "lock", "out of memory for a %zu-byte value",
-			      copy.value.dsize);
-		status = NT_STATUS_NO_MEMORY;
-	} else {
-		write = fn(copy.value, copy.found, private_data);
-		if (write != NULL) {
-			status = native_storev(db, key, write, 1, 0);
-		}
-	}
-	if (copy.value.dptr != copy.inline_buf) {
-		TALLOC_FREE(copy.value.dptr);
-	}
-	/* the lock is released even when the store failed */
-	unlocked = native_unlock(db, key);
-	return NT_STATUS_IS_OK(status) ? unlocked : status;
+	return dbwrap_py_locked_copying(&inproc_native_records, db, db->name, key,
+					fn, private_data);
 }
 
 static NTSTATUS native_delete(struct dbwrap_py_db *db, TDB_DATA key)

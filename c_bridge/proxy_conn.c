@@ -25,6 +25,7 @@ struct proxy_conn {
 	int fd;            /* -1: not connected */
 	pid_t pid;         /* the process the socket belongs to */
 	bool greeted;      /* HELLO answered on this socket */
+	uint16_t version;  /* the one HELLO agreed */
 	uint64_t generation;
 	uint32_t max_message;
 };
@@ -142,6 +143,11 @@ struct proxy_conn *proxy_conn_get(const char *socket_path)
 uint64_t proxy_conn_generation(struct proxy_conn *conn)
 {
 	return conn->generation;
+}
+
+uint16_t proxy_conn_version(struct proxy_conn *conn)
+{
+	return conn->greeted ? conn->version : 0;
 }
 
 /* -- one exchange ----------------------------------------------------------- */
@@ -311,6 +317,7 @@ static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 						 "hello", EPROTO);
 		} else {
 			conn->max_message = max_message;
+			conn->version = version;
 			conn->greeted = true;
 		}
 	}

@@ -33,6 +33,9 @@ struct proxy_conn *proxy_conn_get(const char *socket_path);
 /* Changes whenever the connection is made anew; never 0. */
 uint64_t proxy_conn_generation(struct proxy_conn *conn);
 
+/* The protocol version agreed on the current socket; 0 before HELLO. */
+uint16_t proxy_conn_version(struct proxy_conn *conn);
+
 /*
  * Send the finished request `w` and wait up to timeout_ms for the reply.
  * On success the reply's fields (after the status) are in *fields, pointing

@@ -20,6 +20,8 @@ const char *proxy_op_name(enum proxy_op op)
 		[PROXY_TRAVERSE_END] = "traverse",
 		[PROXY_TRANSACTION] = "transaction", [PROXY_WIPE] = "wipe",
 		[PROXY_CHECK] = "check", [PROXY_DB_ID] = "db_id",
+		[PROXY_NODE_CACHE] = "node_cache", [PROXY_MOVE_IN] = "move_in",
+		[PROXY_HAND_OVER] = "hand_over",
 	};
 
 	if ((size_t)op < sizeof(names) / sizeof(names[0]) && names[op] != NULL) {
@@ -167,6 +169,7 @@ static uint64_t proxy_get_le(struct proxy_reader *r, size_t n)
 uint8_t proxy_get_u8(struct proxy_reader *r) { return (uint8_t)proxy_get_le(r, 1); }
 uint16_t proxy_get_u16(struct proxy_reader *r) { return (uint16_t)proxy_get_le(r, 2); }
 uint32_t proxy_get_u32(struct proxy_reader *r) { return (uint32_t)proxy_get_le(r, 4); }
+uint64_t proxy_get_u64(struct proxy_reader *r) { return proxy_get_le(r, 8); }
 
 TDB_DATA proxy_get_bytes(struct proxy_reader *r)
 {

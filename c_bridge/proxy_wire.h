@@ -14,7 +14,7 @@
 #include "samba_abi.h"
 
 #define PROXY_MAGIC 0x50574244u /* "DBWP" as a little-endian u32 */
-#define PROXY_VERSION 1
+#define PROXY_VERSION 2
 #define PROXY_MIN_VERSION 1
 #define PROXY_MAX_MESSAGE (64u * 1024 * 1024)
 #define PROXY_REQUEST_HEADER 8 /* u8 op, u8 0, u16 0, u32 db */
@@ -38,6 +38,9 @@ enum proxy_op {
 	PROXY_WIPE = 15,
 	PROXY_CHECK = 16,
 	PROXY_DB_ID = 17,
+	PROXY_NODE_CACHE = 18,
+	PROXY_MOVE_IN = 19,
+	PROXY_HAND_OVER = 20,
 };
 
 enum proxy_txn {
@@ -81,6 +84,7 @@ void proxy_reader_init(struct proxy_reader *r, const uint8_t *body, size_t len);
 uint8_t proxy_get_u8(struct proxy_reader *r);
 uint16_t proxy_get_u16(struct proxy_reader *r);
 uint32_t proxy_get_u32(struct proxy_reader *r);
+uint64_t proxy_get_u64(struct proxy_reader *r);
 /* Points into the body: valid while the body is. */
 TDB_DATA proxy_get_bytes(struct proxy_reader *r);
 /* An optional value: *present false for absent. */

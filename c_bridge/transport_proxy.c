@@ -5,8 +5,9 @@
  *
  * Options read here, never sent on: proxy_socket (the daemon's socket,
  * DEFAULT_SOCKET unless given) and proxy_timeout (seconds, DEFAULT_TIMEOUT:
- * how long any call may wait for its reply, a record lock's wait included).
- * The rest go to the daemon with the open.
+ * how long any call may wait for its reply, a record lock's wait included)
+ * and proxy_fastpath (yes: a node cache's records are reached in this
+ * process, proxy_fastpath.c). The rest go to the daemon with the open.
  *
  * The record rules (locks per connection, nesting, stores under a lock,
  * transactions) live in the daemon; this file only carries the calls. A
@@ -18,39 +19,22 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "options.h"
-#include "proxy_conn.h"
-#include "transport.h"
+#include "proxy_db.h"
 
 #define DEFAULT_SOCKET "/run/dbwrap_py/proxy.sock"
 #define DEFAULT_TIMEOUT_MS 60000
 /* a lock's reply may come this much after the daemon's own wait ends */
 #define LOCK_REPLY_SLACK_MS 5000
 
-struct dbwrap_py_db {
-	const char *name;
-	struct proxy_conn *conn;
-	uint64_t generation; /* the connection's, when `handle` was given */
-	uint32_t handle;
-	unsigned timeout_ms;
-	struct dbwrap_py_open_args args; /* kept, to open again */
-};
-
 /* -- requests --------------------------------------------------------------- */
 
 static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db);
 
-/* Writes an op's fields after the request header. */
-typedef void (*proxy_put_fn)(struct proxy_writer *w, const void *arg);
-
-/*
- * One request on db, its reply in *r (living in mem_ctx). The database is
- * opened again first if the connection is new (the daemon restarted, or
- * this process forked).
- */
-static NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
+NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 			   enum proxy_op op, proxy_put_fn put, const void *arg,
 			   unsigned timeout_ms, struct proxy_reader *r)
 {
@@ -71,7 +55,7 @@ static NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 }
 
 /* A reply whose fields are not what the op promises. */
-static NTSTATUS proxy_malformed(struct dbwrap_py_db *db, enum proxy_op op)
+NTSTATUS proxy_malformed(struct dbwrap_py_db *db, enum proxy_op op)
 {
 	dbwrap_py_log(db->name, proxy_op_name(op),
 		      "malformed reply from the proxy daemon (NTSTATUS 0x%08x)",
@@ -80,14 +64,14 @@ static NTSTATUS proxy_malformed(struct dbwrap_py_db *db, enum proxy_op op)
 }
 
 /* The reply's fields were all read, and nothing follows them. */
-static NTSTATUS proxy_reply_read(struct dbwrap_py_db *db, enum proxy_op op,
+NTSTATUS proxy_reply_read(struct dbwrap_py_db *db, enum proxy_op op,
 				 struct proxy_reader *r)
 {
 	return proxy_reader_done(r) ? NT_STATUS_OK : proxy_malformed(db, op);
 }
 
 /* An op whose reply has no fields. */
-static NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
+NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
 			     proxy_put_fn put, const void *arg)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
@@ -101,7 +85,7 @@ static NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
 	return status;
 }
 
-static void put_key(struct proxy_writer *w, const void *arg)
+void proxy_put_key(struct proxy_writer *w, const void *arg)
 {
 	proxy_put_bytes(w, *(const TDB_DATA *)arg);
 }
@@ -179,6 +163,9 @@ static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db)
 		}
 	}
 	talloc_free(tmp);
+	if (NT_STATUS_IS_OK(status) && db->want_fastpath) {
+		proxy_fastpath_attach(db); /* without it, every call goes to the daemon */
+	}
 	return status;
 }
 
@@ -210,18 +197,51 @@ static bool proxy_parse_timeout(const char *text, unsigned *ms)
 	return true;
 }
 
+/* proxy_fastpath: off unless asked for (NULL: not given). */
+static bool proxy_parse_bool(const char *text, bool *value)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1" };
+	static const char *const no[] = { "no", "false", "off", "0", "" };
+	size_t i;
+
+	*value = false;
+	if (text == NULL) {
+		return true;
+	}
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(text, yes[i]) == 0) {
+			*value = true;
+			return true;
+		}
+	}
+	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		if (strcasecmp(text, no[i]) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
 /* The proxy_* options out of the list: what is left goes to the daemon. */
 static NTSTATUS proxy_take_options(struct dbwrap_py_db *db,
 				   const char **socket_path)
 {
-	const char *const *rest = NULL, *const *after = NULL;
-	const char *timeout;
+	const char *const *rest = NULL, *const *after = NULL, *const *last = NULL;
+	const char *timeout, *fastpath;
 
 	*socket_path = dbwrap_py_option_take(db, db->args.options,
 					     "proxy_socket", &rest);
 	timeout = dbwrap_py_option_take(db, rest, "proxy_timeout", &after);
-	if (rest == NULL || after == NULL) {
+	fastpath = (after != NULL)
+		? dbwrap_py_option_take(db, after, "proxy_fastpath", &last) : NULL;
+	if (rest == NULL || after == NULL || last == NULL) {
 		return NT_STATUS_NO_MEMORY;
+	}
+	if (!proxy_parse_bool(fastpath, &db->want_fastpath)) {
+		dbwrap_py_log(db->name, "open",
+			      "proxy_fastpath=%s is neither yes nor no (NTSTATUS 0x%08x)",
+			      fastpath, (unsigned)NT_STATUS_V(NT_STATUS_INVALID_PARAMETER));
+		return NT_STATUS_INVALID_PARAMETER;
 	}
 	if (!proxy_parse_timeout(timeout, &db->timeout_ms)) {
 		dbwrap_py_log(db->name, "open",
@@ -234,7 +254,7 @@ static NTSTATUS proxy_take_options(struct dbwrap_py_db *db,
 		*socket_path = DEFAULT_SOCKET;
 	}
 	/* the caller's strings go with its open; we open again after a fork */
-	db->args.options = dbwrap_py_options_copy(db, after);
+	db->args.options = dbwrap_py_options_copy(db, last);
 	return (db->args.options != NULL) ? NT_STATUS_OK : NT_STATUS_NO_MEMORY;
 }
 
@@ -251,7 +271,7 @@ static NTSTATUS proxy_read(struct dbwrap_py_db *db, enum proxy_op op,
 	bool locking = (op == PROXY_LOCK);
 	struct proxy_reader r;
 	NTSTATUS status = proxy_call(
-		db, tmp, op, locking ? put_key_wait : put_key,
+		db, tmp, op, locking ? put_key_wait : proxy_put_key,
 		locking ? (const void *)&lock : (const void *)&key,
 		db->timeout_ms + (locking ? LOCK_REPLY_SLACK_MS : 0), &r);
 	TDB_DATA value;
@@ -357,7 +377,7 @@ static NTSTATUS proxy_storev(struct dbwrap_py_db *db, TDB_DATA key,
 
 static NTSTATUS proxy_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 {
-	return proxy_simple(db, PROXY_DELETE, put_key, &key);
+	return proxy_simple(db, PROXY_DELETE, proxy_put_key, &key);
 }
 
 /* An op whose reply is one number: EXISTS (u8) and SEQNUM (i32). */
@@ -366,7 +386,7 @@ static NTSTATUS proxy_number(struct dbwrap_py_db *db, enum proxy_op op,
 {
 	TALLOC_CTX *tmp = talloc_new(db);
 	struct proxy_reader r;
-	NTSTATUS status = proxy_call(db, tmp, op, key != NULL ? put_key : NULL,
+	NTSTATUS status = proxy_call(db, tmp, op, key != NULL ? proxy_put_key : NULL,
 				     key, db->timeout_ms, &r);
 
 	if (NT_STATUS_IS_OK(status)) {
@@ -396,7 +416,7 @@ static NTSTATUS proxy_seqnum(struct dbwrap_py_db *db, int *seqnum)
 	return status;
 }
 
-static const struct dbwrap_py_record_ops proxy_records = {
+const struct dbwrap_py_record_ops proxy_records = {
 	.name = "proxy",
 	.defer_locked_stores = true,
 	.fetch = proxy_fetch,
@@ -448,7 +468,7 @@ static NTSTATUS proxy_open(TALLOC_CTX *mem_ctx,
 	}
 	talloc_set_destructor(db, proxy_db_destructor);
 	*pdb = db;
-	*records = &proxy_records;
+	*records = db->want_fastpath ? &proxy_fast_records : &proxy_records;
 	return NT_STATUS_OK;
 }
 

@@ -636,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     instr.add_argument("--json", default="results/bench-instructions.json")
     instr.set_defaults(fn=_cmd_bench_instructions)
     for cmd in (smb, memory):
-        cmd.add_argument("--transports", default="", metavar="inproc,proxy",
+        cmd.add_argument("--transports", default="", metavar="inproc,proxy,proxy-fastpath",
                          help="run each adapter in process, through the node daemon, or both "
                               "(each proxy run starts a throwaway daemon); default: as -o says")
     for cmd in (smb, micro, memory):

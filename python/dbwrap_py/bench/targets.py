@@ -40,12 +40,16 @@ def display_name(adapter: str, options: Mapping[str, str]) -> str:
     """How results of ``adapter`` run with ``options`` are labelled: its
     ``target_label`` (``fdb (model)`` on the model of FoundationDB), or the
     name itself for what is not an adapter (``native``); `` via proxy`` when
-    the node daemon runs it (``transport=proxy``)."""
+    the node daemon runs it (``transport=proxy``), `` via proxy, fast path``
+    when smbd reaches the node cache's records itself (``proxy_fastpath``)."""
     try:
         label = find_adapter(adapter).target_label(adapter, options)
     except DbwrapError:
         return adapter
-    return f"{label} via proxy" if options.get("transport") == "proxy" else label
+    if options.get("transport") != "proxy":
+        return label
+    fast = options.get("proxy_fastpath", "no").lower() in ("yes", "true", "on", "1")
+    return f"{label} via proxy, fast path" if fast else f"{label} via proxy"
 
 
 def parse_adapters(text: str, multi_process_only: bool = False) -> list[str]:
@@ -94,12 +98,13 @@ def ready_adapters(text: str, pairs: Sequence[str], multi_process_only: bool, st
                    on_error=lambda adapter, why: say(f"skipping {adapter}: {why}"))
 
 
-TRANSPORTS = ("inproc", "proxy")
+#: proxy-fastpath: proxy mode with smbd's own node cache fast path
+TRANSPORTS = ("inproc", "proxy", "proxy-fastpath")
 
 
 def parse_transports(text: str) -> list[str]:
     """``--transports``: empty keeps what the options say; else a comma list
-    of ``inproc`` and ``proxy``."""
+    of ``inproc``, ``proxy`` and ``proxy-fastpath``."""
     chosen = [t.strip() for t in text.split(",") if t.strip()]
     unknown = sorted(set(chosen) - set(TRANSPORTS))
     if unknown:
@@ -116,8 +121,10 @@ def over_transports(stack: ExitStack, ready: Mapping[str, Mapping[str, str]], tr
     runs: list[tuple[str, dict[str, str]]] = []
     for adapter, options in ready.items():
         for transport in transports or [options.get("transport", "inproc")]:
-            wanted = {**options, "transport": transport}
-            if transport != "proxy":
+            wanted = {**options, "transport": transport.partition("-")[0]}
+            if transport == "proxy-fastpath":
+                wanted["proxy_fastpath"] = "yes"
+            if wanted["transport"] != "proxy":
                 runs.append((adapter, wanted))
                 continue
             try:

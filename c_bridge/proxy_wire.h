@@ -14,7 +14,7 @@
 #include "samba_abi.h"
 
 #define PROXY_MAGIC 0x50574244u /* "DBWP" as a little-endian u32 */
-#define PROXY_VERSION 1
+#define PROXY_VERSION 2
 #define PROXY_MIN_VERSION 1
 #define PROXY_MAX_MESSAGE (64u * 1024 * 1024)
 #define PROXY_REQUEST_HEADER 8 /* u8 op, u8 0, u16 0, u32 db */
@@ -38,6 +38,9 @@ enum proxy_op {
 	PROXY_WIPE = 15,
 	PROXY_CHECK = 16,
 	PROXY_DB_ID = 17,
+	PROXY_NODE_CACHE = 18,
+	PROXY_MOVE_IN = 19,
+	PROXY_HAND_OVER = 20,
 };
 
 enum proxy_txn {

@@ -20,8 +20,8 @@ const char *proxy_op_name(enum proxy_op op)
 		[PROXY_TRAVERSE_END] = "traverse",
 		[PROXY_TRANSACTION] = "transaction", [PROXY_WIPE] = "wipe",
 		[PROXY_CHECK] = "check", [PROXY_DB_ID] = "db_id",
-		[PROXY_NODE_CACHE] = "node_cache", [PROXY_MOVE_IN] = "move_in",
-		[PROXY_HAND_OVER] = "hand_over",
+		[PROXY_NODE_CACHE] = "node_cache",
+		[PROXY_MOVE_IN] = "move_in", [PROXY_HAND_OVER] = "hand_over",
 	};
 
 	if ((size_t)op < sizeof(names) / sizeof(names[0]) && names[op] != NULL) {

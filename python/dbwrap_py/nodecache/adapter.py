@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from dbwrap_py.adapter import Adapter, Capabilities
-from dbwrap_py.errors import ConfigError
+from dbwrap_py.errors import ConfigError, NotSupported
 from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache
 from dbwrap_py.nodecache.state import NodeState
 from dbwrap_py.options import Options
@@ -65,6 +65,18 @@ def declared_capabilities(cls: type[Adapter], options: Mapping[str, str]) -> Cap
 def cache_dir(options: Options, database: str) -> str:
     return options.get_str("node_cache_dir", "") or os.path.join(
         os.path.dirname(os.path.abspath(database)), "node-cache")
+
+
+def write_back_cache(adapter: Adapter) -> NodeCache:
+    """The node cache a process may do owned records in itself (the proxy's
+    fast path); NotSupported, saying why, for any other database."""
+    if not isinstance(adapter, CachedAdapter):
+        raise NotSupported(f"not a write-back node cache (adapter {type(adapter).__name__}, no node_cache)")
+    if adapter.cache is None:
+        raise NotSupported("no node agent served the cache directory at open")
+    if adapter.cache.write_through:
+        raise NotSupported("not a write-back node cache (node_cache = write-through)")
+    return adapter.cache
 
 
 class CachedAdapter(Adapter):

@@ -41,6 +41,8 @@ WAIT_POLL = 0.002
 #: record over and taken it back before this process looked, and a served
 #: request is gone (seen: a waiter on rados starved for 20 s)
 ASK_AGAIN = 0.25
+#: keys with a recent request to their owner, before stale ones are dropped
+ASKED_KEPT = 1024
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
 
 
@@ -87,6 +89,7 @@ class NodeCache:
         self.records = LocalRecords(self.local, self.buckets, self.state, db_id, op_timeout)
         self.records.set_callbacks(self._miss, self._hand_over)
         self._claim_backoff: dict[int, float] = {}
+        self._asked: dict[bytes, tuple[bytes, float]] = {}  # key: (owner asked, when)
 
     @property
     def wipe_revision(self) -> int:
@@ -122,30 +125,77 @@ class NodeCache:
 
     def _take(self, key: bytes, lease: int, node: bytes) -> Local:
         """Move the record in (chainlock held); waits while another node hands it over."""
+        claimed = self._via_bucket(key, lease, node)
+        if claimed is not None:
+            return claimed
+        deadline = time.monotonic() + self.op_timeout
+        while True:
+            try:
+                return self._take_once(key, lease, node)
+            except OwnedElsewhere as exc:
+                if time.monotonic() >= deadline:
+                    raise Timeout(f"record {key!r} not handed over within {self.op_timeout:g} s"
+                                  f" ({'node ' + exc.node.decode() if exc.node else 'a process'} holds it)") from None
+            time.sleep(WAIT_POLL)
+
+    def _via_bucket(self, key: bytes, lease: int, node: bytes) -> Local | None:
+        """The record, owned through its bucket, claimed now if it can be
+        (chainlock held); None when the bucket is not the node's."""
         number = bucket_of(key)
         if self._claim_backoff.get(number, 0.0) <= time.monotonic() and self._claim(key, number, lease, node):
             owned = self.records.stand(key, lease)
             if owned is not None:
                 return _local(owned)
-        deadline = time.monotonic() + self.op_timeout
-        asked: bytes | None = None
-        asked_at = 0.0
-        while True:
-            try:
-                taken = self.ownership.take(key, node, lease)
-            except OwnedElsewhere as exc:
-                if exc.node is not None and (exc.node != asked or time.monotonic() - asked_at >= ASK_AGAIN):
-                    self.ownership.request_release(key, exc.node, lease)
-                    asked, asked_at = exc.node, time.monotonic()
-                if time.monotonic() >= deadline:
-                    raise Timeout(f"record {key!r} not handed over within {self.op_timeout:g} s"
-                                  f" ({'node ' + exc.node.decode() if exc.node else 'a process'} holds it)") from None
-                time.sleep(WAIT_POLL)
-                continue
-            flags = (VIA_BUCKET if taken.via_bucket else 0) | (IN_STORE if taken.value is not None else 0)
-            local = Local(lease, taken.token, flags, taken.value)
-            self.records.keep(key, local.lease, local.token, local.flags, local.value)
-            return local
+        return None
+
+    def _take_once(self, key: bytes, lease: int, node: bytes) -> Local:
+        """One attempt at taking the record from the store and keeping it
+        (chainlock held). OwnedElsewhere when a node or a process holds it;
+        its node has been asked to let go (again after ASK_AGAIN: a request
+        it served may have been followed by taking the record back)."""
+        try:
+            taken = self.ownership.take(key, node, lease)
+        except OwnedElsewhere as exc:
+            if exc.node is not None:
+                self._ask(key, exc.node, lease)
+            raise
+        self._asked.pop(key, None)
+        flags = (VIA_BUCKET if taken.via_bucket else 0) | (IN_STORE if taken.value is not None else 0)
+        local = Local(lease, taken.token, flags, taken.value)
+        self.records.keep(key, local.lease, local.token, local.flags, local.value)
+        return local
+
+    def _ask(self, key: bytes, owner: bytes, lease: int) -> None:
+        """Ask ``owner`` to let ``key`` go, unless it was asked within ASK_AGAIN."""
+        now = time.monotonic()
+        asked = self._asked.get(key)
+        if asked is not None and asked[0] == owner and now - asked[1] < ASK_AGAIN:
+            return
+        if len(self._asked) >= ASKED_KEPT:  # keys whose askers gave up: forget the stale ones
+            self._asked = {k: a for k, a in self._asked.items() if now - a[1] < ASK_AGAIN}
+        self.ownership.request_release(key, owner, lease)
+        self._asked[key] = (owner, now)
+
+    def move_in(self, key: bytes) -> bool:
+        """Make the node the owner of ``key`` without waiting for anyone: the
+        proxy daemon's MOVE_IN, for a process that does owned records itself.
+        False for "not yet": the node lease is not live, a process holds the
+        key's chainlock, or another node or a process holds the record (its
+        node asked to let go). The caller asks again after a pause."""
+        lease, node = self.state.current()
+        if not lease:
+            return False
+        if not self.local.try_lock(key):
+            return False
+        try:
+            if self.records.stand(key, lease) is not None or self._via_bucket(key, lease, node) is not None:
+                return True
+            self._take_once(key, lease, node)
+            return True
+        except OwnedElsewhere:
+            return False
+        finally:
+            self.local.unlock(key)
 
     def _claim(self, key: bytes, number: int, lease: int, node: bytes) -> bool:
         """Claim key's bucket for the node, unless it holds it already; True if it holds it now."""
@@ -184,8 +234,7 @@ class NodeCache:
 
     def unlock(self, key: bytes) -> None:
         try:
-            if self.state.lease() and self.state.wanted(self.db_id, key):
-                self._hand_over(key)
+            self._hand_over_if_wanted(key)
         finally:
             self.local.unlock(key)
 
@@ -215,6 +264,23 @@ class NodeCache:
         value = self.lock_get(key)  # not ours: move it in, as ctdb does
         self.unlock(key)
         return value
+
+    def _hand_over_if_wanted(self, key: bytes) -> None:
+        """Hand the record over if another node waits for it (lock held)."""
+        if self.state.lease() and self.state.wanted(self.db_id, key):
+            self._hand_over(key)
+
+    def hand_over_if_free(self, key: bytes) -> bool:
+        """A process let go of a record another node waits for: the proxy
+        daemon's HAND_OVER. False if a process holds it again (it hands it
+        over as it lets go, and the agent keeps serving the request)."""
+        if not self.local.try_lock(key):
+            return False
+        try:
+            self._hand_over_if_wanted(key)
+        finally:
+            self.local.unlock(key)
+        return True
 
     def _hand_over(self, key: bytes) -> None:
         """Give a record another node waits for back to the store (lock held)."""

@@ -10,6 +10,7 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 from types import TracebackType
+from typing import NamedTuple
 
 from dbwrap_py import ntstatus as nt
 from dbwrap_py.proxy import wire
@@ -28,6 +29,17 @@ class ProxyError(Exception):
         self.cause = cause
 
 
+class NodeCacheFiles(NamedTuple):
+    """NODE_CACHE's reply."""
+
+    records_path: str
+    buckets_path: str
+    cache_dir: str
+    cache_id: bytes
+    wipe_revision: int
+    op_timeout_ms: int
+
+
 class ConnectionClosed(ConnectionError):
     """The daemon closed the connection (or died)."""
 
@@ -35,7 +47,10 @@ class ConnectionClosed(ConnectionError):
 class ProxyClient:
     """One connection to the daemon: ``hello()``, ``open()``, then the ops."""
 
-    def __init__(self, socket_path: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, socket_path: str, timeout: float = DEFAULT_TIMEOUT,
+                 version: int = wire.VERSION) -> None:
+        #: the highest version HELLO offers (1: a client without the fast path's ops)
+        self.version = version
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         try:
@@ -91,10 +106,11 @@ class ProxyClient:
 
     # -- ops ------------------------------------------------------------------------
 
-    def hello(self, min_version: int = wire.MIN_VERSION, max_version: int = wire.VERSION,
+    def hello(self, min_version: int = wire.MIN_VERSION, max_version: int | None = None,
               pid: int | None = None, magic: int = wire.MAGIC) -> tuple[int, int]:
         """(version, max message) the daemon agreed."""
-        r = self.call(wire.request(Op.HELLO).u32(magic).u16(min_version).u16(max_version)
+        high = self.version if max_version is None else max_version
+        r = self.call(wire.request(Op.HELLO).u32(magic).u16(min_version).u16(high)
                       .u32(os.getpid() if pid is None else pid))
         version, max_message = r.u16(), r.u32()
         r.end()
@@ -192,3 +208,21 @@ class ProxyClient:
         value = r.bytes()
         r.end()
         return value
+
+    # -- smbd's fast path (version 2) ------------------------------------------------
+
+    def node_cache(self, db: int) -> NodeCacheFiles:
+        r = self.call(wire.request(Op.NODE_CACHE, db))
+        files = NodeCacheFiles(r.str(), r.str(), r.str(), r.bytes(), r.u64(), r.u32())
+        r.end()
+        return files
+
+    def move_in(self, db: int, key: bytes) -> bool:
+        """True when the node owns the record now; False: ask again after a pause."""
+        r = self.call(wire.request(Op.MOVE_IN, db).bytes(key))
+        owned = r.u8()
+        r.end()
+        return bool(owned)
+
+    def hand_over(self, db: int, key: bytes) -> None:
+        self._done(wire.request(Op.HAND_OVER, db).bytes(key))

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dbwrap_py.proxy import wire
-from dbwrap_py.proxy.log import log
+from dbwrap_py.proxy.log import log, log_request_counts
 from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.process import ProxyDaemonProcess
 from dbwrap_py.proxy.serial import SerialQueue
@@ -88,6 +88,8 @@ class ProxyDaemon:
         self._listener: socket.socket | None = None
         self._connections: set[_Connection] = set()
         self._stopping = False
+        #: requests taken in, by op byte: a test sees which ops reached the daemon
+        self.requests: dict[int, int] = {}
 
     # -- the socket -------------------------------------------------------------
 
@@ -256,6 +258,8 @@ class ProxyDaemon:
             return
         body = bytes(inbox[4:4 + length])
         del inbox[:4 + length]
+        if body:
+            self.requests[body[0]] = self.requests.get(body[0], 0) + 1
         connection.in_flight = True
         session = connection.session
         session.queue.submit(lambda: session.request(body))
@@ -302,6 +306,7 @@ class ProxyDaemon:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
+        log_request_counts(self.requests)
 
 
 def build_parser() -> argparse.ArgumentParser:

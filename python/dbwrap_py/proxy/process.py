@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from dbwrap_py.proxy.log import request_counts
 from dbwrap_py.servers import ServerError, dying_with_parent, stop_process
 
 
@@ -82,3 +83,8 @@ class ProxyDaemonProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def request_counts(self) -> dict[str, int]:
+        """The requests it took in, by op name, as it logged them when it
+        stopped (SIGTERM; after ``stop()``)."""
+        return request_counts(self.log_text())

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dbwrap_py import ntstatus as nt
 from dbwrap_py.database import Database
 from dbwrap_py.errors import DbwrapError, ntstatus_of
+from dbwrap_py.nodecache.adapter import write_back_cache
+from dbwrap_py.nodecache.cache import local_files
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.locks import Outcome, deadline_of
 from dbwrap_py.proxy.ids import next_id
@@ -48,6 +50,15 @@ def _simple(op: Op, call: Callable[[Database], object]) -> Callable[..., bytes]:
     return handler
 
 
+def _node_cache_reply(db: Database) -> bytes:
+    """NODE_CACHE's reply: where smbd finds the files of the database's node
+    cache (absolute: smbd's working directory is not ours)."""
+    cache = write_back_cache(db.adapter)
+    records, buckets = local_files(cache.cache_dir.absolute(), cache.db_id)
+    return (wire.reply_ok().str(str(records)).str(str(buckets)).str(str(cache.cache_dir.absolute()))
+            .bytes(cache.db_id).u64(cache.wipe_revision).u32(round(cache.op_timeout * 1000)).message())
+
+
 class Session(TraverseRequests):
     """The daemon's side of one connection (one smbd process)."""
 
@@ -58,6 +69,7 @@ class Session(TraverseRequests):
         self.peer_pid = 0
         self.closed = False
         self._greeted = False
+        self._version = 0  # agreed by HELLO
         self._handles: dict[int, SharedDatabase] = {}
         self._traverses: dict[int, Traverse] = {}
         self._txn_depth: dict[SharedDatabase, int] = {}
@@ -113,6 +125,8 @@ class Session(TraverseRequests):
             return self._hello(r)
         if op is Op.HELLO:
             raise Malformed("a second HELLO")
+        if op in wire.FAST_PATH_OPS and self._version < wire.FAST_PATH_VERSION:
+            raise Malformed(f"{op.name} on a version {self._version} connection")
         if op is Op.OPEN:
             return self._open(r)
         shared = self._handles.get(handle)
@@ -159,6 +173,7 @@ class Session(TraverseRequests):
             self.hang_up(None)
             return None  # sent already
         self._greeted = True
+        self._version = version
         return wire.reply_ok().u16(version).u32(wire.MAX_MESSAGE).message()
 
     def _open(self, r: Reader) -> bytes:
@@ -319,6 +334,25 @@ class Session(TraverseRequests):
             return result  # type: ignore[return-value]
         return wire.reply_ok().bytes(result).message()  # type: ignore[arg-type]
 
+    # -- smbd's fast path: owned records in the process, the rest here --------------
+
+    def _node_cache(self, shared: SharedDatabase, handle: int, r: Reader) -> bytes:
+        r.end()
+        return self._adapter(shared, "NODE_CACHE", _node_cache_reply)[1]  # type: ignore[return-value]
+
+    def _move_in(self, shared: SharedDatabase, handle: int, r: Reader) -> bytes:
+        key = r.bytes()
+        r.end()
+        ok, result = self._adapter(shared, "MOVE_IN", lambda db: write_back_cache(db.adapter).move_in(key))
+        return wire.reply_ok().u8(int(bool(result))).message() if ok else result  # type: ignore[return-value]
+
+    def _hand_over(self, shared: SharedDatabase, handle: int, r: Reader) -> bytes:
+        key = r.bytes()
+        r.end()
+        ok, result = self._adapter(shared, "HAND_OVER",
+                                   lambda db: write_back_cache(db.adapter).hand_over_if_free(key))
+        return wire.reply_ok().message() if ok else result  # type: ignore[return-value]
+
     # -- transactions ---------------------------------------------------------------
 
     def _transaction(self, shared: SharedDatabase, handle: int, r: Reader) -> Reply:
@@ -387,5 +421,8 @@ _HANDLERS: dict[Op, Callable[[Session, SharedDatabase, int, Reader], Reply]] = {
     Op.WIPE: Session._wipe,
     Op.CHECK: Session._check,
     Op.DB_ID: Session._db_id,
+    Op.NODE_CACHE: Session._node_cache,
+    Op.MOVE_IN: Session._move_in,
+    Op.HAND_OVER: Session._hand_over,
 }
 

@@ -1,4 +1,4 @@
-"""The proxy protocol between smbd's processes and the node daemon, version 1.
+"""The proxy protocol between smbd's processes and the node daemon, version 2.
 
 c_bridge/proxy_wire.h is the C side of the same definitions; the two must
 agree byte for byte (tests/python/test_proxy_wire.py compares them).
@@ -46,6 +46,17 @@ log line.
     WIPE           15   -                          -
     CHECK          16   -                          -
     DB_ID          17   -                          bytes id
+    NODE_CACHE     18   -                          str records_path,
+                                                   str buckets_path,
+                                                   str cache_dir, bytes cache_id,
+                                                   u64 wipe_revision,
+                                                   u32 op_timeout_ms
+    MOVE_IN        19   bytes key                  u8 owned
+    HAND_OVER      20   bytes key                  -
+
+Ops 18-20 (smbd's fast path, for a database with ``node_cache = write-back``)
+exist from version 2 on: on a connection that agreed version 1 they are
+malformed, as an unknown op.
 
 Semantics, beyond the in-process contract (dbwrap_py.database.Database):
 
@@ -67,6 +78,27 @@ Semantics, beyond the in-process contract (dbwrap_py.database.Database):
   fails with NT_STATUS_FILE_LOCK_CONFLICT.
 * CLOSE, or the end of the connection, releases the connection's locks,
   cancels its transaction and ends its traverses.
+* NODE_CACHE names the database's node cache (dbwrap_py.nodecache), for the
+  process to open the same local tdb files (absolute paths) and read the
+  node agent's state file in ``cache_dir``; ``cache_id`` is the database's
+  name there (the state file's wanted table hashes it), ``wipe_revision``
+  voids older tokens, ``op_timeout_ms`` bounds how long a process keeps
+  asking. NT_STATUS_NOT_SUPPORTED, with the reason as the cause, for any
+  database that is not a node cache in write-back mode with a live cache
+  (no agent served the directory at open). The process then does a
+  record the node owns itself, under the records tdb's chainlock, and
+  asks the daemon only for the two steps below.
+* MOVE_IN makes the node the record's owner, never waiting: ``owned`` = 1
+  when the node owns it now (the process then works on it locally), 0 for
+  "not yet, ask again after a pause": a process holds the key's chainlock,
+  another node owns the record (the daemon asked it to let go), or the
+  node lease is not live. The process must not hold the key's chainlock
+  while it asks.
+* HAND_OVER: the process has just unlocked a record the agent's wanted
+  table names; the daemon hands it over to the store unless a process
+  holds its chainlock again (that one hands it over as it lets go).
+  Always OK unless the store fails.
+* NODE_CACHE, MOVE_IN and HAND_OVER on any other database: NOT_SUPPORTED.
 
 A malformed request (short fields, trailing bytes, unknown op or db, a bad
 length) is logged by the daemon and closes only that connection.
@@ -78,8 +110,10 @@ import enum
 import struct
 
 MAGIC = 0x50574244  # b"DBWP" read as a little-endian u32
-VERSION = 1
+VERSION = 2
 MIN_VERSION = 1
+#: the first version with NODE_CACHE, MOVE_IN and HAND_OVER
+FAST_PATH_VERSION = 2
 #: the largest body either side accepts before HELLO agrees another
 MAX_MESSAGE = 64 * 1024 * 1024
 #: LOCK's wait_ms for "as long as it takes"
@@ -106,6 +140,13 @@ class Op(enum.IntEnum):
     WIPE = 15
     CHECK = 16
     DB_ID = 17
+    NODE_CACHE = 18
+    MOVE_IN = 19
+    HAND_OVER = 20
+
+
+#: ops a connection may send only once it agreed FAST_PATH_VERSION
+FAST_PATH_OPS = frozenset({Op.NODE_CACHE, Op.MOVE_IN, Op.HAND_OVER})
 
 
 class Txn(enum.IntEnum):

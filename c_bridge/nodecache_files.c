@@ -71,11 +71,10 @@ static struct tdb_context *nodecache_tdb_open(const char *path,
 	return tdb;
 }
 
-struct nodecache_files *nodecache_files_open(TALLOC_CTX *mem_ctx,
-					     const struct nodecache_where *where,
-					     struct dbwrap_py_native_why *why)
+static struct nodecache_files *nodecache_files_open(const struct nodecache_where *where,
+						    struct dbwrap_py_native_why *why)
 {
-	struct nodecache_files *f = talloc_zero(mem_ctx, struct nodecache_files);
+	struct nodecache_files *f = talloc_zero(NULL, struct nodecache_files);
 	int err;
 
 	if (f == NULL) {
@@ -119,4 +118,43 @@ struct nodecache_files *nodecache_files_open(TALLOC_CTX *mem_ctx,
 			(TDB_DATA) { f->cache_id, where->cache_id.dsize }, where->op_timeout);
 	f->rules.wipe_revision = where->wipe_revision;
 	return f;
+}
+
+static int nodecache_hold_destructor(struct nodecache_hold *hold)
+{
+	if (--hold->files->holds == 0) {
+		talloc_free(hold->files);
+	}
+	return 0;
+}
+
+struct nodecache_hold *nodecache_files_hold(TALLOC_CTX *mem_ctx,
+					    const struct nodecache_where *where,
+					    struct dbwrap_py_native_why *why)
+{
+	struct nodecache_hold *hold = talloc_zero(mem_ctx, struct nodecache_hold);
+	struct nodecache_files *f;
+
+	if (hold == NULL) {
+		nc_why(why, NC_NT_NO_MEMORY, "out of memory");
+		return NULL;
+	}
+	for (f = open_files; f != NULL; f = f->next) {
+		if (strcmp(f->records_path, where->records_path) == 0) {
+			break;
+		}
+	}
+	if (f == NULL) {
+		f = nodecache_files_open(where, why);
+		if (f == NULL) {
+			TALLOC_FREE(hold);
+			return NULL;
+		}
+	}
+	f->rules.wipe_revision = where->wipe_revision;
+	f->rules.op_timeout = where->op_timeout;
+	f->holds += 1;
+	hold->files = f;
+	talloc_set_destructor(hold, nodecache_hold_destructor);
+	return hold;
 }

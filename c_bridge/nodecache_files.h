@@ -5,10 +5,13 @@
  * proxy transport's fast path works on them; the node daemon tells where
  * they are (NODE_CACHE).
  *
- * tdb files must be opened again in a forked child (their locks are the
- * process's): every open set is on one list, the fast path's only global
- * state, and a pthread_atfork handler reopens them in the child, while it
- * still runs as root (smbd's children later become the connected user).
+ * One process opens a tdb file once (tdb_open refuses a second open), so
+ * the databases of one node cache share its files, counted by their holds;
+ * a forked child shares its parent's. tdb files must be opened again in a
+ * forked child (their locks are the process's): every open set is on one
+ * list, the fast path's only global state, and a pthread_atfork handler
+ * reopens them in the child, while it still runs as root (smbd's children
+ * later become the connected user).
  */
 
 #ifndef DBWRAP_PY_NODECACHE_FILES_H
@@ -34,15 +37,23 @@ struct nodecache_files {
 	struct nc_records rules;       /* over the three above */
 	char *records_path, *buckets_path;
 	uint8_t *cache_id;
+	unsigned holds;
 	struct nodecache_files *prev, *next;
 };
 
+/* One database's use of the files; freeing it lets go (the last closes them). */
+struct nodecache_hold {
+	struct nodecache_files *files;
+};
+
 /*
- * Open the files `where` names; a talloc child of mem_ctx, closed when
- * freed. NULL with errno set (and the cause in why) when they cannot be.
+ * The files `where` names, opened unless this process has them open
+ * already (then its wipe revision and op_timeout are taken from `where`).
+ * The hold is a talloc child of mem_ctx; NULL, with the cause in why, when
+ * the files cannot be opened.
  */
-struct nodecache_files *nodecache_files_open(TALLOC_CTX *mem_ctx,
-					     const struct nodecache_where *where,
-					     struct dbwrap_py_native_why *why);
+struct nodecache_hold *nodecache_files_hold(TALLOC_CTX *mem_ctx,
+					    const struct nodecache_where *where,
+					    struct dbwrap_py_native_why *why);
 
 #endif /* DBWRAP_PY_NODECACHE_FILES_H */

@@ -10,7 +10,7 @@
 #include "proxy_conn.h"
 #include "transport.h"
 
-struct nodecache_files;
+struct nodecache_hold;
 
 struct dbwrap_py_db {
 	const char *name;
@@ -20,7 +20,8 @@ struct dbwrap_py_db {
 	unsigned timeout_ms;
 	struct dbwrap_py_open_args args; /* kept, to open again */
 	bool want_fastpath;              /* proxy_fastpath = yes */
-	struct nodecache_files *fast;    /* the node cache's files, if the daemon named them */
+	struct nodecache_hold *fast;     /* the node cache's files, if the daemon named them */
+	const TDB_DATA *daemon_locked;   /* the record a write traverse holds in the daemon, during fn */
 };
 
 /* Writes an op's fields after the request header. */

@@ -95,14 +95,12 @@ void proxy_fastpath_attach(struct dbwrap_py_db *db)
 	}
 	if (!NT_STATUS_IS_OK(status)) { /* NOT_SUPPORTED: no node cache (the daemon's log line) */
 		TALLOC_FREE(db->fast);
-	} else if (db->fast != NULL &&
-		   strcmp(db->fast->records_path, where.records_path) == 0) {
-		/* the same files: kept open, so that the locks this process holds stay */
-		db->fast->rules.wipe_revision = where.wipe_revision;
-		db->fast->rules.op_timeout = where.op_timeout;
 	} else {
-		TALLOC_FREE(db->fast);
-		db->fast = nodecache_files_open(db, &where, &why);
+		/* the same files stay open: the locks this process holds stay with them */
+		struct nodecache_hold *old = db->fast;
+
+		db->fast = nodecache_files_hold(db, &where, &why);
+		TALLOC_FREE(old);
 		if (db->fast == NULL) {
 			dbwrap_py_log(db->name, "open", "proxy_fastpath: %s; every call goes to "
 				      "the daemon", why.text);
@@ -145,6 +143,16 @@ static NTSTATUS fast_move_in(struct dbwrap_py_db *db, TDB_DATA key, int64_t dead
 
 /* -- record operations ------------------------------------------------------ */
 
+/* Through the daemon: no files, or a write traverse's record, which the daemon holds locked. */
+static bool fast_bypassed(const struct dbwrap_py_db *db, TDB_DATA key)
+{
+	const TDB_DATA *held = db->daemon_locked;
+
+	return db->fast == NULL ||
+	       (held != NULL && held->dsize == key.dsize &&
+		(key.dsize == 0 || memcmp(held->dptr, key.dptr, key.dsize) == 0));
+}
+
 static NTSTATUS fast_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 			   dbwrap_py_value_fn fn, void *private_data)
 {
@@ -155,7 +163,7 @@ static NTSTATUS fast_fetch(struct dbwrap_py_db *db, TDB_DATA key,
 
 	while (NT_STATUS_IS_OK(status) && db->fast != NULL) {
 		/* never fails: a record the node does not own only asks the owner */
-		(void)nc_fetch(&db->fast->rules, key, fn, private_data, &ask_owner);
+		(void)nc_fetch(&db->fast->files->rules, key, fn, private_data, &ask_owner);
 		if (!ask_owner) {
 			return NT_STATUS_OK;
 		}
@@ -175,7 +183,7 @@ static NTSTATUS fast_lock(struct dbwrap_py_db *db, TDB_DATA key,
 	uint32_t code;
 
 	while (NT_STATUS_IS_OK(status) && db->fast != NULL) {
-		code = nc_lock_fetch(&db->fast->rules, key, fn, private_data, &ask_owner, &why);
+		code = nc_lock_fetch(&db->fast->files->rules, key, fn, private_data, &ask_owner, &why);
 		if (code != 0) {
 			return fast_failed(db, "lock", code, &why);
 		}
@@ -183,7 +191,7 @@ static NTSTATUS fast_lock(struct dbwrap_py_db *db, TDB_DATA key,
 			return NT_STATUS_OK;
 		}
 		/* the daemon writes the record under this chainlock: let it go first */
-		(void)nc_unlock(&db->fast->rules, key, &why);
+		(void)nc_unlock(&db->fast->files->rules, key, &why);
 		status = fast_move_in(db, key, deadline, &pause_us);
 	}
 	return NT_STATUS_IS_OK(status) ? proxy_records.lock(db, key, fn, private_data) : status;
@@ -198,9 +206,9 @@ static NTSTATUS fast_unlock(struct dbwrap_py_db *db, TDB_DATA key)
 	if (db->fast == NULL) {
 		return proxy_records.unlock(db, key);
 	}
-	code = nc_unlock_check(&db->fast->rules, key, &hand_over, &why);
+	code = nc_unlock_check(&db->fast->files->rules, key, &hand_over, &why);
 	if (code == 0) {
-		code = nc_unlock(&db->fast->rules, key, &why);
+		code = nc_unlock(&db->fast->files->rules, key, &why);
 	}
 	if (code != 0) {
 		return fast_failed(db, "unlock", code, &why);
@@ -229,7 +237,7 @@ static NTSTATUS fast_storev(struct dbwrap_py_db *db, TDB_DATA key,
 	bool exists = false;
 	uint32_t code;
 
-	if (db->fast == NULL) {
+	if (fast_bypassed(db, key)) {
 		return proxy_records.storev(db, key, dbufs, num_dbufs, flag);
 	}
 	if (flag == TDB_INSERT_FLAG || flag == TDB_MODIFY_FLAG) {
@@ -245,7 +253,7 @@ static NTSTATUS fast_storev(struct dbwrap_py_db *db, TDB_DATA key,
 			return NT_STATUS_NOT_FOUND;
 		}
 	}
-	code = nc_storev(&db->fast->rules, key, dbufs, num_dbufs, &why);
+	code = nc_storev(&db->fast->files->rules, key, dbufs, num_dbufs, &why);
 	return code == 0 ? NT_STATUS_OK : fast_failed(db, "store", code, &why);
 }
 
@@ -254,10 +262,10 @@ static NTSTATUS fast_delete(struct dbwrap_py_db *db, TDB_DATA key)
 	struct dbwrap_py_native_why why;
 	uint32_t code;
 
-	if (db->fast == NULL) {
+	if (fast_bypassed(db, key)) {
 		return proxy_records.delete_rec(db, key);
 	}
-	code = nc_delete(&db->fast->rules, key, &why);
+	code = nc_delete(&db->fast->files->rules, key, &why);
 	return code == 0 ? NT_STATUS_OK : fast_failed(db, "delete", code, &why);
 }
 
@@ -269,7 +277,7 @@ static NTSTATUS fast_seqnum(struct dbwrap_py_db *db, int *seqnum)
 	if (db->fast == NULL) {
 		return proxy_records.seqnum(db, seqnum);
 	}
-	code = nc_seqnum(&db->fast->rules, seqnum, &why);
+	code = nc_seqnum(&db->fast->files->rules, seqnum, &why);
 	return code == 0 ? NT_STATUS_OK : fast_failed(db, "seqnum", code, &why);
 }
 

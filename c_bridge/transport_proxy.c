@@ -522,7 +522,7 @@ static NTSTATUS proxy_traverse(struct dbwrap_py_db *db, bool write,
 	TALLOC_CTX *tmp;
 	TDB_DATA key, value;
 	uint32_t id;
-	bool more = true;
+	bool more = true, stop;
 
 	status = proxy_traverse_start(db, write, &id);
 	generation = db->generation;
@@ -539,7 +539,11 @@ static NTSTATUS proxy_traverse(struct dbwrap_py_db *db, bool write,
 		status = proxy_traverse_next(db, id, tmp, &more, &key, &value);
 		if (NT_STATUS_IS_OK(status) && more) {
 			*count += 1;
-			if (fn(key, value, private_data) != 0) {
+			/* the daemon holds this record: fn's writes to it go there */
+			db->daemon_locked = write ? &key : NULL;
+			stop = fn(key, value, private_data) != 0;
+			db->daemon_locked = NULL;
+			if (stop) {
 				more = false;
 				if (generation == proxy_conn_generation(db->conn)) {
 					status = proxy_simple(db, PROXY_TRAVERSE_END,

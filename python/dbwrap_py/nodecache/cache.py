@@ -14,6 +14,11 @@ When this process lets a record go that another node is waiting for (the
 agent's wanted table says so), it hands it over itself, still holding the
 lock: written back and released in one round trip.
 
+In proxy mode smbd's processes hold the chainlocks and the proxy daemon
+moves records in and out for them: ``move_in`` and ``hand_over_if_free``
+never wait (the daemon is one thread serving every process), they answer
+"not yet" and the process asks again.
+
 Which local records the node owns, which keys of its buckets are new, and
 how a write under a lock is fenced are the C type ``LocalRecords``'s rules
 (_fastpath.c); this module moves records in and out.

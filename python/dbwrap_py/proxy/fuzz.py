@@ -59,6 +59,9 @@ def _valid_bodies(rng: random.Random, db: int) -> list[bytes]:
         wire.request(Op.TRAVERSE_NEXT, db).u32(rng.randrange(3)),
         wire.request(Op.TRANSACTION, db).u8(rng.randrange(5)),
         wire.request(Op.DB_ID, db),
+        wire.request(Op.NODE_CACHE, db),  # a memory database: NOT_SUPPORTED
+        wire.request(Op.MOVE_IN, db).bytes(key),
+        wire.request(Op.HAND_OVER, db).bytes(key),
         wire.request(Op.OPEN).str(FUZZ_DB).i32(0).i32(0).i32(0o102).u32(0o600).i32(0).u64(0)
             .str("memory").u32(0),
     )]
@@ -148,7 +151,7 @@ class _Fuzzer:
     def wrong_op_or_handle(self) -> None:
         client, _ = self._greeted()
         with client:
-            op = self.rng.choice([0, 18, 255, int(Op.HELLO), int(Op.FETCH)])
+            op = self.rng.choice([0, max(Op) + 1, 255, int(Op.HELLO), int(Op.FETCH)])
             header = struct.pack("<BBHI", op, 0, 0, self.rng.randrange(2, 1 << 32))
             body = header + wire.Writer().bytes(b"k").body()
             self._send(client, _framed(body))

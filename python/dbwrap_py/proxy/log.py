@@ -6,6 +6,8 @@ import os
 import re
 import sys
 
+from dbwrap_py.proxy.wire import Op
+
 _COUNTS = "requests by op:"
 
 
@@ -14,9 +16,8 @@ def log(text: str) -> None:
 
 
 def log_request_counts(counts: dict[int, int]) -> None:
-    """The requests the daemon took in, by op (its last line as it stops)."""
-    from dbwrap_py.proxy.wire import Op
-
+    """The requests the daemon took in (each answered, or the connection
+    hung up on), by op: its last line as it stops."""
     def name(raw: int) -> str:
         try:
             return Op(raw).name

@@ -78,27 +78,27 @@ Semantics, beyond the in-process contract (dbwrap_py.database.Database):
   fails with NT_STATUS_FILE_LOCK_CONFLICT.
 * CLOSE, or the end of the connection, releases the connection's locks,
   cancels its transaction and ends its traverses.
-* NODE_CACHE names the database's node cache (dbwrap_py.nodecache), for the
-  process to open the same local tdb files (absolute paths) and read the
-  node agent's state file in ``cache_dir``; ``cache_id`` is the database's
-  name there (the state file's wanted table hashes it), ``wipe_revision``
-  voids older tokens, ``op_timeout_ms`` bounds how long a process keeps
-  asking. NT_STATUS_NOT_SUPPORTED, with the reason as the cause, for any
-  database that is not a node cache in write-back mode with a live cache
-  (no agent served the directory at open). The process then does a
-  record the node owns itself, under the records tdb's chainlock, and
-  asks the daemon only for the two steps below.
-* MOVE_IN makes the node the record's owner, never waiting: ``owned`` = 1
-  when the node owns it now (the process then works on it locally), 0 for
-  "not yet, ask again after a pause": a process holds the key's chainlock,
-  another node owns the record (the daemon asked it to let go), or the
-  node lease is not live. The process must not hold the key's chainlock
-  while it asks.
-* HAND_OVER: the process has just unlocked a record the agent's wanted
-  table names; the daemon hands it over to the store unless a process
-  holds its chainlock again (that one hands it over as it lets go).
-  Always OK unless the store fails.
-* NODE_CACHE, MOVE_IN and HAND_OVER on any other database: NOT_SUPPORTED.
+* NODE_CACHE, MOVE_IN and HAND_OVER are for smbd's fast path, on a database
+  whose adapter is a node cache (dbwrap_py.nodecache) in write-back mode
+  with a live cache (a node agent served the cache directory at open); on
+  any other database they reply NT_STATUS_NOT_SUPPORTED, the reason as the
+  cause. The process does a record the node owns itself, under the records
+  tdb's chainlock, and asks the daemon only for these. The daemon never
+  waits in them, neither for a chainlock nor for another node.
+* NODE_CACHE: the node cache's two local tdb files (absolute paths), the
+  node agent's directory (its state file, ``node.state``, is there), the
+  database's name in it (``cache_id``: the state file's wanted table hashes
+  it), ``wipe_revision`` (tokens up to it are void) and the store's op
+  timeout, how long a process may keep asking.
+* MOVE_IN makes the node the record's owner: ``owned`` = 1 when the node
+  owns it now (the process then works on it locally), 0 for "not yet, ask
+  again after a pause": a process holds the key's chainlock, another node
+  owns the record (the daemon asked it to let go), or the node lease is not
+  live. The process must not hold the key's chainlock while it asks.
+* HAND_OVER: the process has just unlocked a record the state file's wanted
+  table names; the daemon hands it over to the store, unless a process
+  holds its chainlock again (that one hands it over as it lets go). OK
+  unless the store fails.
 
 A malformed request (short fields, trailing bytes, unknown op or db, a bad
 length) is logged by the daemon and closes only that connection.

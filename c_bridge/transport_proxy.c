@@ -35,8 +35,8 @@
 static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db);
 
 NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
-			   enum proxy_op op, proxy_put_fn put, const void *arg,
-			   unsigned timeout_ms, struct proxy_reader *r)
+		    enum proxy_op op, proxy_put_fn put, const void *arg,
+		    unsigned timeout_ms, struct proxy_reader *r)
 {
 	struct proxy_writer w;
 
@@ -65,14 +65,14 @@ NTSTATUS proxy_malformed(struct dbwrap_py_db *db, enum proxy_op op)
 
 /* The reply's fields were all read, and nothing follows them. */
 NTSTATUS proxy_reply_read(struct dbwrap_py_db *db, enum proxy_op op,
-				 struct proxy_reader *r)
+			  struct proxy_reader *r)
 {
 	return proxy_reader_done(r) ? NT_STATUS_OK : proxy_malformed(db, op);
 }
 
 /* An op whose reply has no fields. */
 NTSTATUS proxy_simple(struct dbwrap_py_db *db, enum proxy_op op,
-			     proxy_put_fn put, const void *arg)
+		      proxy_put_fn put, const void *arg)
 {
 	TALLOC_CTX *tmp = talloc_new(db);
 	struct proxy_reader r;

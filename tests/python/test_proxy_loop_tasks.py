@@ -103,7 +103,7 @@ def test_renewals_run_only_while_a_record_is_held_and_an_idle_database_sets_no_t
     tasks = LoopTasks(lambda: None)
     tasks.bind_to_this_thread()
     db = _LeasedDb()
-    shared = SharedDatabase(("db", "leased", ()), db, tasks)  # type: ignore[arg-type]
+    shared = SharedDatabase(("db", "leased"), (), db, tasks)  # type: ignore[arg-type]
     assert shared.renew(100.0) is None  # nothing held: the loop may sleep
     assert shared.locks.acquire("conn", b"k", lambda: None, lambda: None, None) is Outcome.HELD
     assert shared.renew(200.0) == 201.0  # the hold is new: due a period after it

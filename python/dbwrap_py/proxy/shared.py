@@ -1,7 +1,6 @@
 """The databases the daemon's connections share, and the adapter thread.
 
-One ``Database`` per identical (name, adapter, options), counted by the
-handles that opened it and closed with the last. Every adapter call, opens
+One ``Database`` per (name, adapter), counted by the handles that opened it and closed with the last. Every adapter call, opens
 included, runs on one thread, the daemon's adapter thread, because:
 - adapters are not promised thread-safe, and their databases share one
   client (etcd's per-process session: called from one thread per database,
@@ -34,7 +33,7 @@ from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.log import log
 
 T = TypeVar("T")
-DatabaseKey = tuple[str, str, tuple[str, ...]]
+DatabaseKey = tuple[str, str]  # (name, adapter)
 
 
 
@@ -48,9 +47,10 @@ def run_on(tasks: LoopTasks, fn: Callable[..., T], *args: object) -> T:
 class SharedDatabase:
     """One open Database, its record locks and its transaction gate."""
 
-    def __init__(self, key: DatabaseKey, db: Database, adapter_thread: LoopTasks,
-                 on_deadline: Callback | None = None) -> None:
+    def __init__(self, key: DatabaseKey, options: tuple[str, ...], db: Database,
+                 adapter_thread: LoopTasks, on_deadline: Callback | None = None) -> None:
         self.key = key
+        self.options = options
         self.name = key[0]
         self.db = db
         self.locks = RecordLocks(on_deadline)
@@ -133,7 +133,7 @@ class SharedDatabase:
 
 
 class DatabaseTable:
-    """The shared databases by (name, adapter, options)."""
+    """The shared databases by (name, adapter)."""
 
     def __init__(self, adapter_thread: LoopTasks, on_deadline: Callback | None = None) -> None:
         self._on_deadline = on_deadline  # a record wait got a deadline
@@ -145,20 +145,29 @@ class DatabaseTable:
 
     def open(self, name: str, hash_size: int, tdb_flags: int, open_flags: int, mode: int,
              lock_order: int, dbwrap_flags: int, adapter: str, options: Sequence[str]) -> SharedDatabase:
-        """A reference to the database; the first open's flags win, as in tdb."""
-        key = (name, adapter, tuple(options))
+        """A reference to the database; the first open's flags and options
+        win, as tdb keeps its first open's flags. Options differ when
+        smb.conf changed under running processes: a second Database on
+        the same file or keys would have a lock table of its own (two
+        connections held one tdb record at once)."""
+        key = (name, adapter)
         with self._opening:
             with self._mutex:
                 shared = self._open.get(key)
                 if shared is not None:
                     shared.refs += 1
-                    return shared
+            if shared is not None:
+                if tuple(options) != shared.options:
+                    log(f"{name}: opened again with other options ({' '.join(options) or 'none'}): "
+                        f"it keeps those of its first open ({' '.join(shared.options) or 'none'}) "
+                        "until its last handle closes")
+                return shared
             # outside the dict's mutex: an adapter's open may take a network round trip
             db = run_on(self.adapter_thread, open_database, name, hash_size, tdb_flags, open_flags,
                         mode, lock_order, dbwrap_flags, adapter, list(options))
             with self._mutex:
-                shared = self._open[key] = SharedDatabase(key, db, self.adapter_thread,
-                                                          self._on_deadline)
+                shared = self._open[key] = SharedDatabase(key, tuple(options), db,
+                                                          self.adapter_thread, self._on_deadline)
             return shared
 
     def release(self, shared: SharedDatabase) -> None:

@@ -588,3 +588,19 @@ def test_a_live_connection_keeps_a_leased_record_past_many_leases(daemon, tmp_pa
             assert outside.fetch(b"k") == b"written under a renewed lease"
         finally:
             outside.close()
+
+
+def test_a_database_opened_again_with_other_options_is_the_one_open(daemon, name, tmp_path):
+    """smb.conf changed under running processes: the open database (its
+    file, its record locks) serves the new ones too, with the options of
+    its first open, as tdb keeps its first open's flags; the daemon says so.
+    Two opens of one file would fight over it in one process."""
+    path = str(tmp_path / f"{name}.tdb")
+    with connect(daemon) as one, connect(daemon) as two:
+        a = one.open(path, "tdb")
+        b = two.open(path, "tdb", ["native_records=no"])
+        one.lock(a, b"k")
+        assert status_of(two.lock, b, b"k", 50) == nt.NT_STATUS_IO_TIMEOUT  # one lock table
+        one.unlock(a, b"k", b"v")
+        assert two.fetch(b, b"k") == b"v"
+    assert f"{path}: opened again with other options (native_records=no)" in daemon.log_text()

@@ -38,9 +38,8 @@ from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.log import log, log_request_counts
 from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.process import ProxyDaemonProcess
-from dbwrap_py.proxy.serial import SerialQueue
 from dbwrap_py.proxy.session import Session
-from dbwrap_py.proxy.shared import DatabaseTable, mark_adapter_thread
+from dbwrap_py.proxy.shared import DatabaseTable
 
 __all__ = ["ProxyDaemon", "ProxyDaemonProcess", "main"]
 
@@ -138,7 +137,6 @@ class ProxyDaemon:
 
     def serve(self) -> None:
         self._tasks.bind_to_this_thread()
-        mark_adapter_thread()
         while not self._stopping:
             self._tasks.run_pending()
             now = time.monotonic()
@@ -188,7 +186,7 @@ class ProxyDaemon:
             return
         sock.setblocking(False)
         connection = _Connection(sock, None)  # type: ignore[arg-type]
-        connection.session = Session(self.table, SerialQueue(self.table.adapter_thread),
+        connection.session = Session(self.table, self._tasks.post,
                                      lambda message, hang_up: self._reply(connection, message, hang_up))
         connection.session.peer_pid = pid
         self._connections.add(connection)
@@ -262,7 +260,7 @@ class ProxyDaemon:
             self.requests[body[0]] = self.requests.get(body[0], 0) + 1
         connection.in_flight = True
         session = connection.session
-        session.queue.submit(lambda: session.request(body))
+        session.later(lambda: session.request(body))
 
     def _flush(self, connection: _Connection) -> None:
         if connection.outbox:
@@ -283,7 +281,7 @@ class ProxyDaemon:
             connection.events = events
 
     def _drop(self, connection: _Connection, reason: str | None) -> None:
-        """Close the socket now; the session lets go of its holds on its queue."""
+        """Close the socket now; the session lets go of its holds in a task."""
         if connection.closed:
             return
         connection.closed = True
@@ -291,7 +289,7 @@ class ProxyDaemon:
         self._selector.unregister(connection.sock)
         connection.sock.close()
         session = connection.session
-        session.queue.submit(lambda: session.hang_up(reason))
+        session.later(lambda: session.hang_up(reason))
 
     def _shut_down(self) -> None:
         if self._listener is not None:

@@ -1,7 +1,7 @@
 """One connection's state and its requests.
 
-Everything here runs on the connection's SerialQueue, one task at a time,
-so the state needs no lock. A request either replies at once or parks (on a
+Everything here runs on the daemon's one thread, a task at a time (posted
+with ``later``), so the state needs no lock. A request either replies at once or parks (on a
 record lock or a transaction gate) and replies from the task its wake-up
 queues. ``hang_up`` (malformed input, or the socket closed) lets go of all
 the connection holds: this is how a crashed smbd process's locks are freed.
@@ -24,7 +24,6 @@ from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.locks import Outcome, deadline_of
 from dbwrap_py.proxy.ids import next_id
 from dbwrap_py.proxy.log import log
-from dbwrap_py.proxy.serial import SerialQueue
 from dbwrap_py.proxy.shared import DatabaseTable, SharedDatabase
 from dbwrap_py.proxy.traverse import Traverse, TraverseRequests
 from dbwrap_py.proxy.wire import Malformed, Op, Reader, Txn
@@ -39,6 +38,7 @@ _PASS_THE_GATE = {Op.CLOSE, Op.TRAVERSE_END, Op.UNLOCK, Op.TRANSACTION}
 
 Reply = bytes | None  # None: parked, the reply comes later
 Send = Callable[[bytes | None, bool], None]  # (message, then hang up)
+Later = Callable[[Callable[[], None]], None]  # run a task on the daemon's thread, in order
 
 
 def _simple(op: Op, call: Callable[[Database], object]) -> Callable[..., bytes]:
@@ -62,9 +62,9 @@ def _node_cache_reply(db: Database) -> bytes:
 class Session(TraverseRequests):
     """The daemon's side of one connection (one smbd process)."""
 
-    def __init__(self, table: DatabaseTable, queue: SerialQueue, send: Send) -> None:
+    def __init__(self, table: DatabaseTable, later: Later, send: Send) -> None:
         self.table = table
-        self.queue = queue
+        self.later = later
         self._send = send
         self.peer_pid = 0
         self.closed = False
@@ -77,7 +77,7 @@ class Session(TraverseRequests):
         self._last_handle = self._last_traverse = 0
         self._body = b""  # the request being handled, to run again after a gate
 
-    # -- entry points (each a task on self.queue) ----------------------------
+    # -- entry points (each a task posted with later) ----------------------------
 
     def request(self, body: bytes) -> None:
         if self.closed:
@@ -140,7 +140,7 @@ class Session(TraverseRequests):
     def _enter(self, shared: SharedDatabase) -> bool:
         """Past the transaction gate, or parked to run this request again."""
         body = self._body
-        return shared.enter(self, lambda: self.queue.submit(lambda: self.request(body)))
+        return shared.enter(self, lambda: self.later(lambda: self.request(body)))
 
     def _failed(self, shared: SharedDatabase, op: str, exc: Exception) -> bytes:
         cause = f"{type(exc).__name__}: {exc}"
@@ -231,8 +231,8 @@ class Session(TraverseRequests):
         r.end()
         outcome = shared.locks.acquire(
             self, key,
-            granted=lambda: self.queue.submit(lambda: self._lock_granted(shared, key)),
-            expired=lambda: self.queue.submit(lambda: self._lock_expired(key, wait_ms)),
+            granted=lambda: self.later(lambda: self._lock_granted(shared, key)),
+            expired=lambda: self.later(lambda: self._lock_expired(key, wait_ms)),
             deadline=deadline_of(wait_ms))
         if outcome is Outcome.BUSY:
             return wire.reply_error(nt.NT_STATUS_IO_TIMEOUT, "the record is locked by another connection")
@@ -367,7 +367,7 @@ class Session(TraverseRequests):
         return self._txn_end(shared, what is Txn.COMMIT)
 
     def _txn_start(self, shared: SharedDatabase, nonblock: bool) -> Reply:
-        resume = lambda: self.queue.submit(lambda: self._resume_txn_start(shared))  # noqa: E731
+        resume = lambda: self.later(lambda: self._resume_txn_start(shared))  # noqa: E731
         outcome = shared.take(self, resume, nonblock)
         if outcome is Outcome.BUSY:
             return wire.reply_error(nt.NT_STATUS_FILE_LOCK_CONFLICT,

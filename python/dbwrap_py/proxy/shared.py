@@ -1,7 +1,6 @@
 """The databases the daemon's connections share, and the adapter thread.
 
-One ``Database`` per identical (name, adapter, options), counted by the
-handles that opened it and closed with the last. Every adapter call, opens
+One ``Database`` per (name, adapter), counted by the handles that opened it and closed with the last. Every adapter call, opens
 included, runs on one thread, the daemon's adapter thread, because:
 - adapters are not promised thread-safe, and their databases share one
   client (etcd's per-process session: called from one thread per database,
@@ -10,7 +9,8 @@ included, runs on one thread, the daemon's adapter thread, because:
   robust mutexes, smbd's locking.tdb and the node cache's files: unlocked
   from another thread, the record stayed locked for good).
 The same thread runs the connections' requests, so a request's adapter
-call is made inline (each hand-off between threads cost about 40 us).
+call is made inline (taking the hand-offs between threads out took a tdb
+fetch from 203 to 65 us).
 Nobody waits on that thread while parked, on a record lock or on the
 transaction gate.
 
@@ -23,39 +23,34 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.proxy.locks import Callback, Outcome, RecordLocks
+from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.log import log
 
 T = TypeVar("T")
-DatabaseKey = tuple[str, str, tuple[str, ...]]
-
-_on_adapter_thread = threading.local()
+DatabaseKey = tuple[str, str]  # (name, adapter)
 
 
-def mark_adapter_thread() -> None:
-    """The calling thread is the adapter thread: run_on calls inline there."""
-    _on_adapter_thread.yes = True
 
-
-def run_on(executor: Executor, fn: Callable[..., T], *args: object) -> T:
+def run_on(tasks: LoopTasks, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` on the adapter thread: inline when already there."""
-    if getattr(_on_adapter_thread, "yes", False):
+    if tasks.on_loop_thread():
         return fn(*args)
-    return executor.submit(fn, *args).result()
+    return tasks.submit(fn, *args).result()
 
 
 class SharedDatabase:
     """One open Database, its record locks and its transaction gate."""
 
-    def __init__(self, key: DatabaseKey, db: Database, adapter_thread: Executor,
-                 on_deadline: Callback | None = None) -> None:
+    def __init__(self, key: DatabaseKey, options: tuple[str, ...], db: Database,
+                 adapter_thread: LoopTasks, on_deadline: Callback | None = None) -> None:
         self.key = key
+        self.options = options
         self.name = key[0]
         self.db = db
         self.locks = RecordLocks(on_deadline)
@@ -65,7 +60,7 @@ class SharedDatabase:
         self._txn_owner: Hashable | None = None
         self._gate_waiters: collections.deque[tuple[Hashable, Callback]] = collections.deque()
         self.renew_every = db.lock_renewal_seconds()
-        self._renewed_at = time.monotonic()
+        self._renewed_at: float | None = None  # None: nothing held, nothing to renew
         self._renewal: Future[None] | None = None
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
@@ -77,12 +72,16 @@ class SharedDatabase:
 
     def renew(self, now: float) -> float | None:
         """Queue a renewal of the held records' leases when one is due; when
-        the next one is due (None: this adapter's locks never expire)."""
-        if self.renew_every is None:
+        the next one is due (None: nothing held, or this adapter's locks
+        never expire, so an idle daemon sleeps in its select)."""
+        if self.renew_every is None or not self.locks.any_held():
+            self._renewed_at = None
             return None
-        if now - self._renewed_at >= self.renew_every:
+        if self._renewed_at is None:  # the first hold since idle, taken this turn: its lease is new
+            self._renewed_at = now
+        elif now - self._renewed_at >= self.renew_every:
             behind = self._renewal is not None and not self._renewal.done()
-            if not behind and self.locks.any_held():  # queued: the loop runs it after its selects
+            if not behind:  # queued: the loop runs it after its selects
                 self._renewal = self._adapter_thread.submit(self._keep_locks_alive)
             self._renewed_at = now
         return self._renewed_at + self.renew_every
@@ -134,9 +133,9 @@ class SharedDatabase:
 
 
 class DatabaseTable:
-    """The shared databases by (name, adapter, options)."""
+    """The shared databases by (name, adapter)."""
 
-    def __init__(self, adapter_thread: Executor, on_deadline: Callback | None = None) -> None:
+    def __init__(self, adapter_thread: LoopTasks, on_deadline: Callback | None = None) -> None:
         self._on_deadline = on_deadline  # a record wait got a deadline
         self._mutex = threading.Lock()    # the dict; held briefly (the loop and callers of expire take it)
         self._opening = threading.Lock()  # one open at a time, so no name opens twice
@@ -146,20 +145,29 @@ class DatabaseTable:
 
     def open(self, name: str, hash_size: int, tdb_flags: int, open_flags: int, mode: int,
              lock_order: int, dbwrap_flags: int, adapter: str, options: Sequence[str]) -> SharedDatabase:
-        """A reference to the database; the first open's flags win, as in tdb."""
-        key = (name, adapter, tuple(options))
+        """A reference to the database; the first open's flags and options
+        win, as tdb keeps its first open's flags. Options differ when
+        smb.conf changed under running processes: a second Database on
+        the same file or keys would have a lock table of its own (two
+        connections held one tdb record at once)."""
+        key = (name, adapter)
         with self._opening:
             with self._mutex:
                 shared = self._open.get(key)
                 if shared is not None:
                     shared.refs += 1
-                    return shared
+            if shared is not None:
+                if tuple(options) != shared.options:
+                    log(f"{name}: opened again with other options ({' '.join(options) or 'none'}): "
+                        f"it keeps those of its first open ({' '.join(shared.options) or 'none'}) "
+                        "until its last handle closes")
+                return shared
             # outside the dict's mutex: an adapter's open may take a network round trip
             db = run_on(self.adapter_thread, open_database, name, hash_size, tdb_flags, open_flags,
                         mode, lock_order, dbwrap_flags, adapter, list(options))
             with self._mutex:
-                shared = self._open[key] = SharedDatabase(key, db, self.adapter_thread,
-                                                          self._on_deadline)
+                shared = self._open[key] = SharedDatabase(key, tuple(options), db,
+                                                          self.adapter_thread, self._on_deadline)
             return shared
 
     def release(self, shared: SharedDatabase) -> None:

@@ -90,7 +90,7 @@ class TraverseRequests:
             key = traverse.keys.pop()
             outcome = shared.locks.acquire(
                 self, key,
-                granted=lambda k=key: self.queue.submit(lambda: self._traverse_granted(number, traverse, k)),
+                granted=lambda k=key: self.later(lambda: self._traverse_granted(number, traverse, k)),
                 expired=lambda: None, deadline=None)
             if outcome is Outcome.PARKED:
                 return None

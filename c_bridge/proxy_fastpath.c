@@ -93,8 +93,16 @@ void proxy_fastpath_attach(struct dbwrap_py_db *db)
 	if (NT_STATUS_IS_OK(status)) {
 		status = fast_where(db, tmp, &r, &where);
 	}
-	if (!NT_STATUS_IS_OK(status)) { /* NOT_SUPPORTED: no node cache (the daemon's log line) */
-		TALLOC_FREE(db->fast);
+	if (NT_STATUS_EQUAL(status, NT_STATUS_NOT_SUPPORTED)) {
+		TALLOC_FREE(db->fast); /* no node cache (the daemon's log line) */
+	} else if (!NT_STATUS_IS_OK(status)) {
+		/*
+		 * A reopen that could not ask (a timeout, a malformed reply): the
+		 * files stay held, since chainlocks this process holds live in them.
+		 */
+		dbwrap_py_log(db->name, "open", "proxy_fastpath: NODE_CACHE failed (%s); %s",
+			      nt_errstr(status), db->fast != NULL ? "the files open before stay "
+			      "in use" : "every call goes to the daemon");
 	} else {
 		/* the same files stay open: the locks this process holds stay with them */
 		struct nodecache_hold *old = db->fast;

@@ -185,26 +185,28 @@ test-conformance: all venv-scylla
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
-	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes -o proxy_fastpath=yes
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
 
 # The same tables in proxy mode (each run starts a throwaway node daemon):
-# every adapter that can run here, with and without the node cache.
+# every adapter that can run here, with and without the node cache, and with
+# the node cache both ways: smbd reaching it itself (proxy_fastpath, the
+# default) and every call through the daemon (proxy_fastpath=no).
 test-conformance-proxy: all
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy
-	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2
+	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2
+	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=yes
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model
+	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=yes
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all
@@ -232,7 +234,7 @@ test-torture-proxy-rados: all
 
 # etcd with the node cache via proxy, smbd reaching the node's records itself (make test-full).
 test-torture-proxy-etcd-fastpath: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy -o node_cache=yes -o proxy_fastpath=yes
+	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy -o node_cache=yes
 
 # The same suites with smbd's volatile databases on a throwaway etcd.
 test-torture-etcd: all

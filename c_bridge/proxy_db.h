@@ -19,7 +19,7 @@ struct dbwrap_py_db {
 	uint32_t handle;
 	unsigned timeout_ms;
 	struct dbwrap_py_open_args args; /* kept, to open again */
-	bool want_fastpath;              /* proxy_fastpath = yes */
+	bool want_fastpath;              /* proxy_fastpath (default yes) */
 	struct nodecache_hold *fast;     /* the node cache's files, if the daemon named them */
 	const TDB_DATA *daemon_locked;   /* the record a write traverse holds in the daemon, during fn */
 };

@@ -1,6 +1,7 @@
 /*
- * proxy_fastpath = yes: a node cache's records in this process, without the
- * daemon (the option defaults to no).
+ * proxy_fastpath = yes (the default): a node cache's records in this
+ * process, without the daemon. A database without a write-back node cache
+ * learns so at open (NODE_CACHE answers NOT_SUPPORTED) and sends every call.
  *
  * The node daemon names the node cache's local files (NODE_CACHE); this
  * process opens them itself (nodecache_files.c) and runs the node cache's

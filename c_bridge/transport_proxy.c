@@ -6,8 +6,9 @@
  * Options read here, never sent on: proxy_socket (the daemon's socket,
  * DEFAULT_SOCKET unless given) and proxy_timeout (seconds, DEFAULT_TIMEOUT:
  * how long any call may wait for its reply, a record lock's wait included)
- * and proxy_fastpath (yes: a node cache's records are reached in this
- * process, proxy_fastpath.c). The rest go to the daemon with the open.
+ * and proxy_fastpath (yes, the default: a write-back node cache's records
+ * are reached in this process, proxy_fastpath.c; no: every call goes to the
+ * daemon). The rest go to the daemon with the open.
  *
  * The record rules (locks per connection, nesting, stores under a lock,
  * transactions) live in the daemon; this file only carries the calls. A
@@ -197,14 +198,14 @@ static bool proxy_parse_timeout(const char *text, unsigned *ms)
 	return true;
 }
 
-/* proxy_fastpath: off unless asked for (NULL: not given). */
+/* proxy_fastpath: on unless turned off (NULL: not given). */
 static bool proxy_parse_bool(const char *text, bool *value)
 {
 	static const char *const yes[] = { "yes", "true", "on", "1" };
 	static const char *const no[] = { "no", "false", "off", "0", "" };
 	size_t i;
 
-	*value = false;
+	*value = true;
 	if (text == NULL) {
 		return true;
 	}
@@ -216,6 +217,7 @@ static bool proxy_parse_bool(const char *text, bool *value)
 	}
 	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
 		if (strcasecmp(text, no[i]) == 0) {
+			*value = false;
 			return true;
 		}
 	}

@@ -1,6 +1,9 @@
 """Which adapters the benchmarks run, and their options."""
 
-from dbwrap_py.bench.targets import landed_adapters, parse_adapters, split_options
+from contextlib import ExitStack
+
+from dbwrap_py.bench.targets import (display_name, landed_adapters, over_transports, parse_adapters,
+                                     split_options)
 
 
 def test_split_options_per_adapter_and_for_all():
@@ -23,3 +26,20 @@ def test_parse_adapters_drops_native_and_auto_lists_landed_ones():
     assert landed[0] == "tdb" and "memory" in landed
     shared = parse_adapters("auto", multi_process_only=True)
     assert "memory" not in shared and "tdb" in shared
+
+
+def test_a_proxy_result_says_fast_path_only_where_smbd_reaches_a_write_back_cache():
+    proxy = {"transport": "proxy"}
+    assert display_name("etcd", {**proxy, "node_cache": "yes"}) == "etcd via proxy, fast path"
+    assert display_name("etcd", {**proxy, "node_cache": "yes", "proxy_fastpath": "no"}) == "etcd via proxy"
+    assert display_name("etcd", {**proxy, "node_cache": "write-through"}) == "etcd via proxy"
+    assert display_name("tdb", proxy) == "tdb via proxy"
+    assert display_name("etcd", {"node_cache": "yes"}) == "etcd"
+
+
+def test_the_proxy_transport_turns_the_fast_path_off_and_proxy_fastpath_on():
+    with ExitStack() as stack:  # a named socket: no throwaway daemon is started
+        runs = over_transports(stack, {"sqlite": {"proxy_socket": "/nonexistent"}},
+                               ["inproc", "proxy", "proxy-fastpath"], say=print)
+    assert [(o["transport"], o.get("proxy_fastpath")) for _, o in runs] == [
+        ("inproc", None), ("proxy", "no"), ("proxy", "yes")]

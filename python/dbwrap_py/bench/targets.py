@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 
 from dbwrap_py.errors import DbwrapError
+from dbwrap_py.nodecache.adapter import node_cache_mode
+from dbwrap_py.nodecache.cache import WRITE_BACK
+from dbwrap_py.options import Options
 from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options
 
@@ -48,7 +51,12 @@ def display_name(adapter: str, options: Mapping[str, str]) -> str:
         return adapter
     if options.get("transport") != "proxy":
         return label
-    fast = options.get("proxy_fastpath", "no").lower() in ("yes", "true", "on", "1")
+    # the fast path (on unless turned off) reaches only a write-back node cache
+    fast = options.get("proxy_fastpath", "yes").lower() not in ("no", "false", "off", "0", "")
+    try:
+        fast = fast and node_cache_mode(Options(dict(options))) == WRITE_BACK
+    except DbwrapError:
+        fast = False
     return f"{label} via proxy, fast path" if fast else f"{label} via proxy"
 
 
@@ -98,7 +106,8 @@ def ready_adapters(text: str, pairs: Sequence[str], multi_process_only: bool, st
                    on_error=lambda adapter, why: say(f"skipping {adapter}: {why}"))
 
 
-#: proxy-fastpath: proxy mode with smbd's own node cache fast path
+#: proxy: every call to the node daemon (proxy_fastpath = no); proxy-fastpath:
+#: smbd reaches a write-back node cache itself (the default in smb.conf)
 TRANSPORTS = ("inproc", "proxy", "proxy-fastpath")
 
 
@@ -122,8 +131,8 @@ def over_transports(stack: ExitStack, ready: Mapping[str, Mapping[str, str]], tr
     for adapter, options in ready.items():
         for transport in transports or [options.get("transport", "inproc")]:
             wanted = {**options, "transport": transport.partition("-")[0]}
-            if transport == "proxy-fastpath":
-                wanted["proxy_fastpath"] = "yes"
+            if wanted["transport"] == "proxy":
+                wanted["proxy_fastpath"] = "yes" if transport == "proxy-fastpath" else "no"
             if wanted["transport"] != "proxy":
                 runs.append((adapter, wanted))
                 continue

@@ -67,15 +67,24 @@ def cache_dir(options: Options, database: str) -> str:
         os.path.dirname(os.path.abspath(database)), "node-cache")
 
 
+class NoWriteBackCache(NotSupported):
+    """The database has no write-back node cache: smbd's fast path asks
+    every database it opens (the option is on by default), so this is a
+    normal answer, not an error worth a log line."""
+
+    routine = True
+
+
 def write_back_cache(adapter: Adapter) -> NodeCache:
     """The node cache a process may do owned records in itself (the proxy's
     fast path); NotSupported, saying why, for any other database."""
     if not isinstance(adapter, CachedAdapter):
-        raise NotSupported(f"not a write-back node cache (adapter {type(adapter).__name__}, no node_cache)")
+        raise NoWriteBackCache(f"not a write-back node cache (adapter {type(adapter).__name__}, "
+                               "no node_cache)")
     if adapter.cache is None:
         raise NotSupported("no node agent served the cache directory at open")
     if adapter.cache.write_through:
-        raise NotSupported("not a write-back node cache (node_cache = write-through)")
+        raise NoWriteBackCache("not a write-back node cache (node_cache = write-through)")
     return adapter.cache
 
 

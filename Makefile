@@ -46,7 +46,7 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb \
+.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture-proxy-etcd-fastpath test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados bench-cassandra soak-etcd clean
 
@@ -136,12 +136,13 @@ test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-tort
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, smbtorture on the node-cache
-# configurations `make test` leaves out, and proxy mode on every adapter.
+# configurations `make test` leaves out, proxy mode on every adapter, and the
+# three-node clusters.
 # `make soak-etcd` is separate (~30 min).
 test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
 	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla \
 	test-torture-fdb-model-cache test-conformance-proxy test-fuzz-proxy test-torture-proxy-etcd \
-	test-torture-proxy-rados test-torture-proxy-etcd-fastpath
+	test-torture-proxy-rados test-torture-proxy-etcd-fastpath test-cluster
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -207,6 +208,11 @@ test-conformance-proxy: all
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
+
+# Three-node Samba clusters (ctdb; etcd without and with the node cache; and
+# a broken one the checks must fail on): clients on different nodes (make test-full).
+test-cluster: all
+	$(VPY) -m pytest -q tests/cluster
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all

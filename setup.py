@@ -48,6 +48,7 @@ setup(
         "dbwrap_py",
         "dbwrap_py.adapters",
         "dbwrap_py.bench",
+        "dbwrap_py.cluster",
         "dbwrap_py.conformance",
         "dbwrap_py.conformance.broken",
         "dbwrap_py.nodecache",

@@ -1,9 +1,8 @@
 """The etcd adapter's key layout, in one place.
 
-For database ``spec.name`` and option ``prefix`` (default ``dbwrap_py``),
-with ``<db>`` = ``<basename>@<16 hex digits of BLAKE2b over the full path>``
-(the same path names the same database on every host; two directories
-holding ``locking.tdb`` do not collide) and ``<bb>`` the record's bucket
+For option ``prefix`` (default ``dbwrap_py``), with ``<db>`` =
+``DatabaseSpec.cluster_name`` (``<basename>@<hash of the absolute path>``,
+or with ``cluster_name = file`` the basename) and ``<bb>`` the record's bucket
 (two hex digits, dbwrap_py.nodecache.layout.bucket_of)::
 
     <prefix>/<db>/d/<bb>/<key>   a record (raw key bytes: etcd keys are bytes)
@@ -26,7 +25,6 @@ a lock key.
 
 from __future__ import annotations
 
-import hashlib
 
 from dbwrap_py.nodecache.layout import bucket_of
 
@@ -43,11 +41,6 @@ def prefix_end(prefix: bytes) -> bytes:
         return b"\0"
     end[-1] += 1
     return bytes(end)
-
-
-def db_id(basename: str, path: str) -> bytes:
-    digest = hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
-    return f"{basename}@{digest}".encode()
 
 
 def node_marker(node: bytes, lease_id: int) -> bytes:

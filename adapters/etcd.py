@@ -77,7 +77,7 @@ from dbwrap_py.adapters._etcd_client import (
     _sessions,
     _unb64,
 )
-from dbwrap_py.adapters._etcd_keys import DatabaseKeys, db_id, marker_node, prefix_end, request
+from dbwrap_py.adapters._etcd_keys import DatabaseKeys, marker_node, prefix_end, request
 from dbwrap_py.adapters._etcd_ownership import EtcdNodeStore, EtcdOwnership, first_kv
 from dbwrap_py.errors import (
     ConfigError,
@@ -147,7 +147,7 @@ class EtcdAdapter(Adapter):
         if not prefix:
             raise ConfigError("option prefix must not be empty")
         self.capabilities = self.declared_capabilities(options)
-        self.keys = DatabaseKeys(prefix.encode(), db_id(spec.basename, spec.name))
+        self.keys = DatabaseKeys(prefix.encode(), spec.cluster_name.encode())
         #: requests this adapter sent (the keepalive thread's are in the session)
         self.round_trips = 0
         self._count = _Counter(self, "round_trips")

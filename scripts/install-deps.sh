@@ -14,7 +14,7 @@ packages="
   build-essential pkg-config
   python3 python3-dev python3-venv python3-wheel
   libtalloc-dev libtdb-dev tdb-tools
-  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient
+  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb
   etcd-server openssl valgrind
   ceph-mon ceph-osd ceph-common python3-rados
   openjdk-17-jre-headless maven
@@ -35,6 +35,8 @@ packages="
 #   samba-vfs-modules                acl_xattr and streams_xattr, on the test share
 #   samba-testsuite                  smbtorture
 #   smbclient                        smbclient, the tests' SMB client
+#   ctdb                             ctdbd and the ctdb CLI: the three-node cluster
+#                                    (dbwrap_py.cluster), its messaging and its baseline
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
 #   ceph-mon                         ceph-mon, the throwaway Ceph's monitor; its dependency

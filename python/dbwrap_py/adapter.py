@@ -52,6 +52,8 @@ class DatabaseSpec:
     mode: int = 0o600
     lock_order: int = 0
     dbwrap_flags: int = 0
+    #: option cluster_name = file: named by the file alone (see cluster_name)
+    named_by_file: bool = False
 
     @property
     def persistent(self) -> bool:
@@ -68,7 +70,11 @@ class DatabaseSpec:
         """``<basename>@<16 hex digits of BLAKE2b over the absolute path>``, a
         database's name in a shared store: the same path names the same
         database on every host, and two folders holding ``locking.tdb`` do
-        not collide."""
+        not collide. With option ``cluster_name = file``, the basename
+        alone, as ctdb names databases: every node's ``locking.tdb`` is one
+        database wherever its lock directory is (nodes sharing one host)."""
+        if self.named_by_file:
+            return self.basename
         path = os.path.abspath(self.name)
         return f"{self.basename}@{hashlib.blake2b(path.encode(), digest_size=8).hexdigest()}"
 

@@ -8,6 +8,8 @@
   dbwrap-py copy --from A [-o k=v] --to B [-o k=v] DB...
                                            copy persistent databases between backends, verified
   dbwrap-py samba [--bridge DB,...]        a throwaway smbd on 127.0.0.1 until Ctrl-C
+  dbwrap-py cluster [--nodes 3] [--adapter A --databases locking|volatile|DB,...] [-o k=v ...]
+                                           a Samba cluster (ctdbd and smbd per node) until Ctrl-C
   dbwrap-py server ADAPTER [-o k=v ...]    the adapter's throwaway server on 127.0.0.1 until Ctrl-C
   dbwrap-py ceph [--osds 1|3] [--auth cephx] a throwaway Ceph for the rados adapter until Ctrl-C
   dbwrap-py cassandra [--nodes 1|3] [--paxos-variant v1|v2] [--auth none|password]
@@ -238,6 +240,41 @@ def _serve_samba(setup: "SambaSetup", bridged: Sequence[str]) -> int:
                 f"  in {samba.root}")
 
     serve_until_stopped(ThrowawaySamba(setup), banner)
+    return 0
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    """A throwaway Samba cluster until SIGTERM or Ctrl-C; prints its nodes."""
+    from dbwrap_py.cluster.ctdb import CtdbError
+    from dbwrap_py.cluster.samba_cluster import (LOCKING_DATABASES, ClusterError, ClusterSetup,
+                                                 SambaCluster)
+    from dbwrap_py.samba import VOLATILE_DATABASES, SambaError
+
+    named = {"locking": LOCKING_DATABASES, "volatile": VOLATILE_DATABASES, "": ()}
+    databases = named.get(args.databases, tuple(d for d in args.databases.split(",") if d))
+    if args.adapter and not databases:
+        databases = LOCKING_DATABASES
+    setup = ClusterSetup(nodes=args.nodes, adapter=args.adapter or None,
+                         databases=databases if args.adapter else (),
+                         adapter_options=_adapter_options(args.option),
+                         node_local=tuple(d for d in args.node_local.split(",") if d))
+
+    def banner(cluster: SambaCluster) -> str:
+        where = (f"{args.adapter} for {', '.join(setup.databases)}" if args.adapter
+                 else "ctdb for every volatile database")
+        nodes = "\n".join(f"  node {n}: {samba.unc} -p {samba.port} (smbd pid {samba.pid}, "
+                          f"ctdbd pid {cluster.ctdb.nodes[n].process.pid})"  # type: ignore[union-attr]
+                          for n, samba in enumerate(cluster.sambas))
+        return (f"{args.nodes}-node Samba cluster, {where}\n{nodes}\n"
+                f"  user {cluster.sambas[0].credentials}; unclist: {' '.join(cluster.uncs)}\n"
+                f"  ctdb: CTDB_TEST_MODE=yes CTDB_BASE={cluster.ctdb.nodes[0].base} ctdb status\n"
+                f"  in {cluster.root}")
+
+    try:
+        serve_until_stopped(SambaCluster(setup), banner)
+    except (ClusterError, CtdbError, SambaError) as exc:  # the daemons' log tails say why
+        print(f"dbwrap-py cluster: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -566,6 +603,19 @@ def build_parser() -> argparse.ArgumentParser:
     samba.add_argument("--bridge", default="volatile",
                        help="databases behind the bridge: 'volatile' (default), a comma list, or ''")
     samba.add_argument("--port", type=int, default=None)
+    cluster = sub.add_parser("cluster", help="a Samba cluster on 127.0.0.1-3 (ctdbd and smbd per node) "
+                                             "until Ctrl-C")
+    cluster.add_argument("--nodes", type=int, default=3)
+    cluster.add_argument("--adapter", default="", help="adapter for --databases; default: ctdb keeps them all")
+    cluster.add_argument("--databases", default="locking",
+                         help="with --adapter: 'locking' (locking, brlock, leases; default), 'volatile' "
+                              "(all eight), or a comma list")
+    cluster.add_argument("--node-local", default="",
+                         help="databases each node keeps to itself (ctdb:DB = no), a comma list, "
+                              "e.g. smbXsrv_open_global.tdb")
+    cluster.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                         help="adapter option (repeatable), e.g. node_cache=yes")
+    cluster.set_defaults(fn=_cmd_cluster)
     server = sub.add_parser("server", help="an adapter's throwaway server on 127.0.0.1 until Ctrl-C")
     server.add_argument("adapter", help="e.g. etcd")
     server.add_argument("-o", "--option", action="append", default=[], metavar="K=V",

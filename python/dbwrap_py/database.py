@@ -244,6 +244,18 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+#: options of every adapter, read here
+FRAMEWORK_OPTIONS = ("cluster_name",)
+
+
+def named_by_file(options: Options) -> bool:
+    """``cluster_name``: ``path`` (the default) or ``file`` (DatabaseSpec.cluster_name)."""
+    text = options.get_str("cluster_name", "path").lower()
+    if text not in ("path", "file"):
+        raise ConfigError(f"cluster_name = {text!r}: use path or file")
+    return text == "file"
+
+
 def open_database(
     name: str,
     hash_size: int,
@@ -256,15 +268,16 @@ def open_database(
     options: Sequence[str],
 ) -> Database:
     """db_open_py's Python half: find the adapter, check its options, open it."""
-    spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags)
     parsed = Options.parse(options)
     cls = find_adapter(adapter_name)
     cached = supports_node_cache(cls)
     try:  # before the adapter exists, so a typo cannot create or wipe anything
-        parsed.declare(cls.option_names + (NODE_CACHE_OPTIONS if cached else ()))
+        parsed.declare(cls.option_names + FRAMEWORK_OPTIONS + (NODE_CACHE_OPTIONS if cached else ()))
         cache_mode = node_cache_mode(parsed) if cached else None
+        by_file = named_by_file(parsed)
     except ConfigError as exc:
         raise ConfigError(f"adapter {adapter_name!r}: {exc}") from None
+    spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags, by_file)
     adapter = cls(spec, parsed)
     if cache_mode is not None and not spec.persistent:
         adapter = CachedAdapter(adapter, cache_mode, node_cache_dir(parsed, name))

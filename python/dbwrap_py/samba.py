@@ -68,6 +68,10 @@ class SambaSetup:
     start_timeout: float = 30.0
     #: add the test user at start; off when the passdb must already have it
     add_user: bool = True
+    #: where smbd listens (a cluster's nodes: 127.0.0.1, .2, .3)
+    address: str = "127.0.0.1"
+    #: the share's folder when others share it (a cluster's nodes); else one in the instance's
+    share_path: Path | None = None
 
 
 def free_port() -> int:
@@ -98,7 +102,7 @@ class ThrowawaySamba:
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_samba."))
         self.conf = self.root / "smb.conf"
         self.log = self.root / "log.smbd"
-        self.share_path = self.root / SHARE
+        self.share_path = Path(setup.share_path) if setup.share_path else self.root / SHARE
         self._smbd: subprocess.Popen | None = None
         self._smbd_stderr = None
 
@@ -106,7 +110,7 @@ class ThrowawaySamba:
 
     @property
     def unc(self) -> str:
-        return f"//127.0.0.1/{SHARE}"
+        return f"//{self.setup.address}/{SHARE}"
 
     @property
     def pid(self) -> int | None:
@@ -142,9 +146,11 @@ class ThrowawaySamba:
         self.stop()
 
     def start(self) -> None:
+        self.root.mkdir(exist_ok=True)
         os.chmod(self.root, 0o755)  # the test user must reach the share inside
-        for sub in ("private", "lock", "state", "cache", "run", "ncalrpc", "binddns", SHARE):
+        for sub in ("private", "lock", "state", "cache", "run", "ncalrpc", "binddns"):
             (self.root / sub).mkdir(mode=0o755, exist_ok=True)
+        self.share_path.mkdir(mode=0o777, exist_ok=True)
         os.chmod(self.share_path, 0o777)
         self.conf.write_text(self.smb_conf())
         ensure_test_user()
@@ -183,6 +189,16 @@ class ThrowawaySamba:
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def kill(self) -> None:
+        """A crash: SIGKILL to smbd and everything it forked. The folder
+        stays until stop()."""
+        if self._smbd is not None and self.running():
+            try:
+                os.killpg(self._smbd.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            self._group_gone(self._smbd.pid, 5.0)
+
     @staticmethod
     def _group_gone(pgid: int, wait: float) -> bool:
         deadline = time.monotonic() + wait
@@ -204,7 +220,7 @@ class ThrowawaySamba:
             if self._smbd.poll() is not None:
                 raise SambaError(f"smbd exited with {self._smbd.returncode}:\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.setup.address, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.1)
@@ -246,7 +262,8 @@ class ThrowawaySamba:
             "netbios name": "DBWRAPPY",
             "workgroup": "DBWRAPPY",
             "server role": "standalone server",
-            "interfaces": "127.0.0.1",
+            # lo has only 127.0.0.1 configured: another 127/8 address needs its netmask
+            "interfaces": a if (a := self.setup.address) == "127.0.0.1" else f"{a}/8",
             "bind interfaces only": "yes",
             "smb ports": str(self.port),
             "disable netbios": "yes",

@@ -1,0 +1,230 @@
+"""A throwaway ctdb: one ctdbd per node on 127.0.0.1, .2, .3 ..., all state
+in one folder.
+
+With ``CTDB_TEST_MODE=yes`` ctdbd takes every path from ``CTDB_BASE``: its
+ctdb.conf, nodes file, socket, pid file and database directories. So the
+nodes share nothing with the machine's /etc/ctdb, and nothing else does
+with them. Each ctdbd runs in the foreground (``-i``, logging to its
+stderr file) as the leader of its own process group, so stopping a node by
+its ctdbd's PID ends its helpers (eventd, lock helpers) with it.
+
+    with CtdbCluster(Path(tmp), nodes=3) as ctdb:
+        ctdb.nodes[0].ctdb("getdbmap")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CTDBD = "/usr/sbin/ctdbd"
+CTDB = "ctdb"
+#: ctdb's shipped notification script; without it ctdbd logs a line per state change
+NOTIFY_SCRIPT = Path("/etc/ctdb/notify.sh")
+
+_STATUS_LINE = re.compile(r"^pnn:(\d+)\s+(\S+)\s+(\S+)", re.MULTILINE)
+
+
+class CtdbError(RuntimeError):
+    """ctdbd would not start or become healthy, or a ctdb command failed."""
+
+
+#: ctdbd's TCP port (4.17 takes it from /etc/services, else this)
+CTDB_PORT = 4379
+
+
+def free_addresses(nodes: int) -> list[str]:
+    """Loopback addresses for ``nodes`` ctdbds: 127.0.0.1, .2, .3 unless a
+    cluster stopped in the last minute left connections of port 4379 in
+    TIME_WAIT there (ctdbd binds without SO_REUSEADDR, so it could not
+    listen); then .11, .12, .13, and so on. All of 127/8 is lo's."""
+    for first in range(1, 255 - nodes, 10):
+        addresses = [f"127.0.0.{first + pnn}" for pnn in range(nodes)]
+        if all(_bindable(address, CTDB_PORT) for address in addresses):
+            return addresses
+    raise CtdbError(f"port {CTDB_PORT} is busy on every group of {nodes} loopback addresses")
+
+
+def _bindable(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class CtdbNode:
+    """One ctdbd: its folder (its CTDB_BASE) and its process."""
+
+    pnn: int
+    base: Path
+    address: str
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def socket(self) -> Path:
+        """What smbd's ``ctdbd socket`` names."""
+        return self.base / "run" / "ctdbd.socket"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "ctdbd.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CTDB_TEST_MODE": "yes", "CTDB_BASE": str(self.base)}
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def write_config(self, nodes: str, cluster_lock: Path) -> None:
+        for sub in ("run", "var", "events/legacy", "db/volatile", "db/persistent", "db/state"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        (self.base / "nodes").write_text(nodes)
+        (self.base / "public_addresses").write_text("")  # no IP takeover: failover is off
+        if NOTIFY_SCRIPT.exists():
+            shutil.copy(NOTIFY_SCRIPT, self.base / "notify.sh")
+        db = self.base / "db"
+        (self.base / "ctdb.conf").write_text(
+            "[logging]\n\tlog level = NOTICE\n"
+            f"[cluster]\n\tnode address = {self.address}\n\tcluster lock = {cluster_lock}\n"
+            f"[database]\n\tvolatile database directory = {db}/volatile\n"
+            f"\tpersistent database directory = {db}/persistent\n"
+            f"\tstate database directory = {db}/state\n"
+            "[failover]\n\tdisabled = true\n"
+            "[legacy]\n\trealtime scheduling = false\n")
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([CTDBD, "-i"], env=self.env, stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=log, start_new_session=True)
+
+    def stop(self, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
+        """End ctdbd and its helpers by ctdbd's PID (its process group);
+        SIGKILL after ``wait`` seconds, or at once when ``sig`` is SIGKILL."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        for signum, grace in ((sig, wait), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, signum)
+            except ProcessLookupError:
+                break
+            if _group_gone(pgid, grace):
+                break
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.process = None
+
+    def ctdb(self, *args: str, timeout: float = 30.0, check: bool = True) -> str:
+        """A ctdb command through this node's ctdbd; its output."""
+        result = subprocess.run([CTDB, *args], env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        if check and result.returncode != 0:
+            raise CtdbError(f"ctdb {' '.join(args)} on node {self.pnn} failed ({result.returncode}): "
+                            f"{result.stdout}{result.stderr}\n{self.log_tail()}")
+        return result.stdout
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _group_gone(pgid: int, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # reap the leader, so it does not linger as a zombie
+            os.waitpid(pgid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def node_states(status: str) -> dict[int, str]:
+    """``ctdb status``'s per-node states: {pnn: "OK" | "DISCONNECTED|..."}."""
+    return {int(pnn): state for pnn, _, state in _STATUS_LINE.findall(status)}
+
+
+class CtdbCluster:
+    """``nodes`` ctdbds under ``root``, healthy when start() returns."""
+
+    def __init__(self, root: Path, nodes: int = 3, start_timeout: float = 90.0) -> None:
+        if not 1 <= nodes <= 254:
+            raise CtdbError(f"{nodes} nodes: 1 to 254 fit on 127.0.0.0/8 here")
+        self.root = root
+        self.start_timeout = start_timeout
+        self.size = nodes
+        self.nodes: list[CtdbNode] = []
+
+    def __enter__(self) -> "CtdbCluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        addresses = free_addresses(self.size)
+        self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address) for pnn, address in enumerate(addresses)]
+        nodes = "".join(f"{address}\n" for address in addresses)
+        for node in self.nodes:
+            node.write_config(nodes, self.root / "cluster.lock")
+        for node in self.nodes:
+            node.start()
+        self.wait_healthy()
+
+    def stop(self) -> None:
+        for node in self.alive():  # all at once: each takes seconds to wind down
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGTERM)  # type: ignore[union-attr]
+        for node in self.nodes:
+            node.stop()
+
+    def alive(self) -> list[CtdbNode]:
+        return [node for node in self.nodes if node.running()]
+
+    def wait_healthy(self, timeout: float | None = None) -> None:
+        """Until every running node reports every running node OK, and
+        recovery is done (about 10 s from a cold start here)."""
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        last = ""
+        while time.monotonic() < deadline:
+            alive = self.alive()
+            if len(alive) < sum(node.process is not None for node in self.nodes):
+                dead = [n for n in self.nodes if n.process is not None and not n.running()]
+                raise CtdbError(f"ctdbd of node {dead[0].pnn} exited:\n{dead[0].log_tail()}")
+            want = {node.pnn for node in alive}
+            try:
+                last = alive[0].ctdb("status", timeout=15, check=False)
+            except subprocess.TimeoutExpired:
+                last = "ctdb status timed out (ctdbd busy with recovery)"
+                continue
+            states = node_states(last)
+            if ({pnn for pnn, state in states.items() if state.startswith("OK")} >= want
+                    and "Recovery mode:NORMAL" in last):
+                return
+            time.sleep(0.5)
+        raise CtdbError(f"ctdb not healthy after {timeout or self.start_timeout:g} s:\n{last}\n"
+                        + "\n".join(f"node {n.pnn}: {n.log_tail(8)}" for n in self.nodes))

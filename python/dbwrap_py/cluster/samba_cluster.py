@@ -1,0 +1,186 @@
+"""A throwaway Samba cluster on one host: per node one ctdbd and one smbd
+with ``clustering = yes``, on 127.0.0.1, .2, .3, serving one shared folder.
+
+ctdb carries the messaging in every configuration (cross-node wake-ups of
+dbwrap_watch and g_lock travel as ctdb messages, as in a real cluster), and
+the persistent databases (passdb, secrets: one test user for every node).
+The volatile databases come from one of three places:
+
+* ctdb itself, the baseline (``ClusterSetup()``);
+* an adapter through the bridge for the databases named in ``databases``
+  (``LOCKING_DATABASES``: share modes, byte-range locks, leases) or all
+  eight (``samba.VOLATILE_DATABASES``); with ``node_cache``, every node has
+  a node agent of its own;
+* a plain tdb on each node, for those in ``node_local`` (``ctdb:<db> = no``):
+  smbXsrv_open_global as in the seed talks, or, as a broken configuration
+  the cross-node checks must catch, locking.tdb.
+
+Everything is stopped by PID: smbd and ctdbd by their process groups, the
+node agents and the backend's throwaway server by their own.
+
+    with SambaCluster(ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES)) as cluster:
+        cluster.sambas[1].unc   # //127.0.0.2/test
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
+from dbwrap_py.nodecache.adapter import node_cache_mode
+from dbwrap_py.options import Options
+from dbwrap_py.registry import find_adapter
+from dbwrap_py.samba import SHARE, SambaSetup, ThrowawaySamba
+
+#: the databases of share modes, byte-range locks and leases
+LOCKING_DATABASES = ("locking.tdb", "brlock.tdb", "leases.tdb")
+
+
+class ClusterError(RuntimeError):
+    """The cluster would not come up."""
+
+
+@dataclass
+class ClusterSetup:
+    """What the cluster runs with; the default is ctdb for everything."""
+
+    nodes: int = 3
+    #: the adapter for ``databases``; None: ctdb keeps every volatile database
+    adapter: str | None = None
+    databases: Sequence[str] = ()
+    #: the adapter's options (its endpoints when a server is already up; node_cache)
+    adapter_options: Mapping[str, str] = field(default_factory=dict)
+    #: databases each node keeps in a plain tdb of its own (ctdb:<db> = no)
+    node_local: Sequence[str] = ()
+    extra_global: Mapping[str, str] = field(default_factory=dict)
+    log_level: int = 1
+
+
+def free_port_on_every_node(addresses: Sequence[str]) -> int:
+    """A TCP port free on every node's address (smbtorture's --unclist takes one -p)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((addresses[0], 0))
+            port = s.getsockname()[1]
+        try:
+            for address in addresses[1:]:
+                with socket.socket() as s:
+                    s.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise ClusterError("no port free on every node's address")
+
+
+class SambaCluster:
+    """The cluster of ``setup``, up when start() returns."""
+
+    def __init__(self, setup: ClusterSetup | None = None, root: Path | None = None) -> None:
+        self.setup = setup or ClusterSetup()
+        if (self.setup.adapter is None) != (not self.setup.databases):
+            raise ClusterError("name an adapter and the databases it keeps, or neither")
+        self._own_root = root is None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_cluster."))
+        self.share_path = self.root / SHARE
+        self.ctdb = CtdbCluster(self.root, self.setup.nodes)
+        self.sambas: list[ThrowawaySamba] = []
+        self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
+        self.backend_options: dict[str, str] = {}
+        self._stack = contextlib.ExitStack()
+
+    @property
+    def uncs(self) -> list[str]:
+        return [samba.unc for samba in self.sambas]
+
+    @property
+    def port(self) -> int:
+        return self.sambas[0].port
+
+    def __enter__(self) -> "SambaCluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.root.chmod(0o755)  # the test user must reach the share inside
+        self.share_path.mkdir(mode=0o777, exist_ok=True)
+        self.share_path.chmod(0o777)
+        self._stack.enter_context(self.ctdb)
+        if self.setup.adapter is not None:
+            self.backend_options = self._stack.enter_context(self._backend())
+        port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
+        for node in self.ctdb.nodes:
+            samba = ThrowawaySamba(self._samba_setup(node, port), root=self.root / f"smb{node.pnn}")
+            self.sambas.append(samba)
+            samba.start()
+
+    def stop(self) -> None:
+        """smbd first (it needs ctdbd to wind down), then the agents, ctdbd
+        and the backend; then the folder."""
+        for samba in self.sambas:
+            samba.stop()
+        self._stack.close()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def kill_node(self, pnn: int) -> None:
+        """A node's crash: SIGKILL to its smbd, its ctdbd and its node agent."""
+        self.sambas[pnn].kill()
+        self.ctdb.nodes[pnn].stop(signal.SIGKILL)
+        if self.agents:
+            self.agents[pnn].stop(signal.SIGKILL)  # type: ignore[attr-defined]
+
+    # -- pieces ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _backend(self) -> Iterator[dict[str, str]]:
+        """The adapter's options with its throwaway server's endpoint (unless
+        given), and with node_cache, a node agent per node."""
+        adapter = self.setup.adapter
+        assert adapter is not None
+        cls = find_adapter(adapter)
+        options = dict(self.setup.adapter_options)
+        without_cache = {k: v for k, v in options.items() if k not in ("node_cache", "node_cache_dir")}
+        with contextlib.ExitStack() as stack:
+            server = cls.throwaway_server(without_cache)
+            reach = {**options, **(stack.enter_context(server) if server is not None else {})}
+            if node_cache_mode(Options(dict(options))) is not None:
+                from dbwrap_py.nodecache.agent import NodeAgentProcess  # only with the cache
+                agent_options = {k: v for k, v in reach.items() if k in cls.option_names}
+                for node in self.ctdb.nodes:
+                    agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
+                                             node=f"node{node.pnn}")
+                    self.agents.append(stack.enter_context(agent))
+            yield reach
+
+    def _samba_setup(self, node: CtdbNode, port: int) -> SambaSetup:
+        extra = {
+            "clustering": "yes",
+            "ctdbd socket": str(node.socket),
+            **{f"ctdb:{name}": "no" for name in self.setup.node_local},
+            **self.setup.extra_global,
+        }
+        # the nodes' lock directories differ on one host, so databases are
+        # named by file, as ctdb names them (the same path on every host would do)
+        options = {"cluster_name": "file", **self.backend_options}
+        if self.agents:
+            options["node_cache_dir"] = str(self.agents[node.pnn].cache_dir)  # type: ignore[attr-defined]
+        return SambaSetup(
+            bridged=tuple(self.setup.databases), adapter=self.setup.adapter or "tdb",
+            adapter_options=options, extra_global=extra, log_level=self.setup.log_level,
+            port=port, address=node.address, share_path=self.share_path,
+            add_user=node.pnn == 0,  # passdb is a ctdb persistent database: every node sees it
+        )

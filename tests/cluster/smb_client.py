@@ -1,0 +1,157 @@
+"""An SMB2 client for the cross-node checks: smbprotocol (pure Python; it
+takes a port, share access, byte-range locks and oplock levels, which
+smbclient and Samba's 4.17 bindings do not all offer).
+
+smbprotocol does not handle a server's unsolicited oplock break: its reader
+thread stops on one. ``BreakWatch`` sits between the client and smbd, a
+TCP relay that counts the server's OPLOCK_BREAK notifications and keeps
+them from the client. The checks only take level II oplocks, whose break
+needs no acknowledgement, so the server never waits for one.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from smbprotocol.connection import Connection
+from smbprotocol.exceptions import SMBResponseException
+from smbprotocol.open import (CreateDisposition, CreateOptions, FileAttributes, FilePipePrinterAccessMask,
+                              ImpersonationLevel, LockFlags, Open, RequestedOplockLevel, ShareAccess,
+                              SMB2LockElement)
+from smbprotocol.session import Session
+from smbprotocol.tree import TreeConnect
+
+from dbwrap_py.samba import SHARE, TEST_PASSWORD, TEST_USER
+
+READ = FilePipePrinterAccessMask.FILE_READ_DATA | FilePipePrinterAccessMask.FILE_READ_ATTRIBUTES
+WRITE = READ | FilePipePrinterAccessMask.FILE_WRITE_DATA
+SHARE_READ = ShareAccess.FILE_SHARE_READ
+SHARE_ALL = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
+OPLOCK_II = RequestedOplockLevel.SMB2_OPLOCK_LEVEL_II
+
+SMB2_OPLOCK_BREAK = 0x12
+UNSOLICITED = 0xFFFFFFFFFFFFFFFF
+TIMEOUT = 30
+
+
+def status_of(call) -> int:
+    """The NTSTATUS a call ends with: 0 for success."""
+    try:
+        call()
+    except SMBResponseException as exc:
+        return exc.status
+    return 0
+
+
+class SmbClient:
+    """One connection, session and tree connect to a node's share."""
+
+    def __init__(self, address: str, port: int) -> None:
+        self.connection = Connection(uuid.uuid4(), address, port)
+        self.connection.connect(timeout=TIMEOUT)
+        self.session = Session(self.connection, TEST_USER, TEST_PASSWORD, require_encryption=False)
+        self.session.connect()
+        self.tree = TreeConnect(self.session, rf"\\{address}\{SHARE}")
+        self.tree.connect()
+
+    def open(self, name: str, access: int, share: int, oplock: int = 0) -> Open:
+        handle = Open(self.tree, name)
+        handle.create(ImpersonationLevel.Impersonation, access, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                      share, CreateDisposition.FILE_OPEN_IF, CreateOptions.FILE_NON_DIRECTORY_FILE,
+                      oplock_level=oplock or RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE)
+        return handle
+
+    @staticmethod
+    def lock(handle: Open, offset: int, length: int, unlock: bool = False) -> None:
+        """An exclusive byte-range lock (or its unlock), failing at once on a conflict."""
+        element = SMB2LockElement()
+        element["offset"] = offset
+        element["length"] = length
+        element["flags"] = (LockFlags.SMB2_LOCKFLAG_UNLOCK if unlock else
+                            LockFlags.SMB2_LOCKFLAG_EXCLUSIVE_LOCK | LockFlags.SMB2_LOCKFLAG_FAIL_IMMEDIATELY)
+        handle.lock([element])
+
+    def close(self) -> None:
+        self.connection.disconnect(True)
+
+
+@contextmanager
+def smb_client(address: str, port: int) -> Iterator[SmbClient]:
+    client = SmbClient(address, port)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+class BreakWatch:
+    """A relay on 127.0.0.1 to ``address``:``port`` that counts (and drops)
+    the server's oplock break notifications; one client connection."""
+
+    def __init__(self, address: str, port: int) -> None:
+        self.target = (address, port)
+        self.breaks = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = [self._listener]
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "BreakWatch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in self._sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except OSError:
+            return
+        server = socket.create_connection(self.target, timeout=TIMEOUT)
+        server.settimeout(None)
+        self._sockets += [client, server]
+        threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+        self._pump(server, client, True)
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
+        """Whole messages (a 4-byte length, then the SMB2 header) from
+        ``source`` to ``sink``; breaks from the server are counted, not sent."""
+        try:
+            while True:
+                head = _read_exactly(source, 4)
+                body = _read_exactly(source, struct.unpack(">I", head)[0] & 0xFFFFFF)
+                if from_server and _is_break_notification(body):
+                    self.breaks += 1
+                    continue
+                sink.sendall(head + body)
+        except OSError:
+            pass
+
+
+def _is_break_notification(message: bytes) -> bool:
+    """An SMB2 OPLOCK_BREAK the server sends unasked (MessageId all ones)."""
+    return (len(message) >= 64 and message[:4] == b"\xfeSMB"
+            and struct.unpack_from("<H", message, 12)[0] == SMB2_OPLOCK_BREAK
+            and struct.unpack_from("<Q", message, 24)[0] == UNSOLICITED)
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data

@@ -1,0 +1,25 @@
+"""Clients on different nodes of a three-node cluster see each other's
+share modes, byte-range locks, oplocks and opens: on ctdb, and on etcd
+without and with the node cache. A cluster whose nodes keep their locking
+databases to themselves must fail every one of the same checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import KNOWN_GAPS
+from cross_node import BLIND, CHECKS
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
+def test_nodes_see_each_other(cluster, check, request):
+    gap = KNOWN_GAPS.get((request.node.callspec.params["cluster"], check.__name__))
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+    check(cluster)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.__name__)
+def test_a_cluster_with_node_local_locking_fails_the_check(broken_cluster, check):
+    with pytest.raises(AssertionError, match=BLIND[check]):
+        check(broken_cluster)

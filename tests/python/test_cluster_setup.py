@@ -1,0 +1,56 @@
+"""The cluster's own rules that need no running cluster: reading ctdb
+status, choosing the nodes' addresses, and refusing a half configuration.
+(tests/cluster runs real clusters.)"""
+
+import socket
+
+import pytest
+
+from dbwrap_py.adapter import DatabaseSpec
+from dbwrap_py.cluster.ctdb import CTDB_PORT, free_addresses, node_states
+from dbwrap_py.cluster.samba_cluster import ClusterError, ClusterSetup, SambaCluster
+from dbwrap_py.database import named_by_file
+from dbwrap_py.errors import ConfigError
+from dbwrap_py.options import Options
+
+STATUS = """Number of nodes:3
+pnn:0 127.0.0.1        OK (THIS NODE)
+pnn:1 127.0.0.2        DISCONNECTED|UNHEALTHY|INACTIVE
+pnn:2 127.0.0.3        OK
+Generation:1431253112
+Size:2
+Recovery mode:NORMAL (0)
+"""
+
+
+def test_node_states_reads_each_pnn():
+    assert node_states(STATUS) == {0: "OK", 1: "DISCONNECTED|UNHEALTHY|INACTIVE", 2: "OK"}
+
+
+def test_addresses_move_on_while_ctdbs_port_is_taken():
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", CTDB_PORT))
+        except OSError:
+            pass  # taken already (a ctdbd, or TIME_WAIT): the same outcome is wanted
+        addresses = free_addresses(3)
+    assert "127.0.0.1" not in addresses
+    assert len(set(addresses)) == 3 and all(a.startswith("127.0.0.") for a in addresses)
+
+
+def test_an_adapter_without_databases_is_refused():
+    with pytest.raises(ClusterError):
+        SambaCluster(ClusterSetup(adapter="etcd"))
+    with pytest.raises(ClusterError):
+        SambaCluster(ClusterSetup(databases=("locking.tdb",)))
+
+
+def test_cluster_name_file_names_a_database_by_its_file_alone():
+    a = DatabaseSpec("/node0/lock/locking.tdb")
+    b = DatabaseSpec("/node1/lock/locking.tdb")
+    assert a.cluster_name != b.cluster_name and a.cluster_name.startswith("locking.tdb@")
+    by_file = [DatabaseSpec(s.name, named_by_file=True) for s in (a, b)]
+    assert by_file[0].cluster_name == by_file[1].cluster_name == "locking.tdb"
+    assert named_by_file(Options({"cluster_name": "file"})) and not named_by_file(Options({}))
+    with pytest.raises(ConfigError):
+        named_by_file(Options({"cluster_name": "host"}))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.paths import bridge_environment, preload_library
+from dbwrap_py.servers import stop_process_group
 
 TEST_USER = "dbwrappy"
 TEST_PASSWORD = "dbwrappy-Pass1"
@@ -170,18 +171,7 @@ class ThrowawaySamba:
     def stop(self) -> None:
         """End smbd and everything it forked, by smbd's PID; remove the folder."""
         if self._smbd is not None:
-            pgid = self._smbd.pid
-            for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                try:
-                    os.killpg(pgid, sig)
-                except ProcessLookupError:
-                    break
-                if self._group_gone(pgid, wait):
-                    break
-            try:
-                self._smbd.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_process_group(self._smbd)
             self._smbd = None
         if self._smbd_stderr is not None:
             self._smbd_stderr.close()
@@ -192,27 +182,8 @@ class ThrowawaySamba:
     def kill(self) -> None:
         """A crash: SIGKILL to smbd and everything it forked. The folder
         stays until stop()."""
-        if self._smbd is not None and self.running():
-            try:
-                os.killpg(self._smbd.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            self._group_gone(self._smbd.pid, 5.0)
-
-    @staticmethod
-    def _group_gone(pgid: int, wait: float) -> bool:
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return True
-            try:  # reap smbd itself, so it does not linger as a zombie
-                os.waitpid(pgid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.05)
-        return False
+        if self._smbd is not None:
+            stop_process_group(self._smbd, signal.SIGKILL)
 
     def _wait_listening(self) -> None:
         deadline = time.monotonic() + self.setup.start_timeout

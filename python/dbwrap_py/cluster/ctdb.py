@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbwrap_py.servers import stop_process_group
+
 CTDBD = "/usr/sbin/ctdbd"
 CTDB = "ctdb"
 #: ctdb's shipped notification script; without it ctdbd logs a line per state change
@@ -112,21 +114,9 @@ class CtdbNode:
     def stop(self, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
         """End ctdbd and its helpers by ctdbd's PID (its process group);
         SIGKILL after ``wait`` seconds, or at once when ``sig`` is SIGKILL."""
-        if self.process is None:
-            return
-        pgid = self.process.pid
-        for signum, grace in ((sig, wait), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pgid, signum)
-            except ProcessLookupError:
-                break
-            if _group_gone(pgid, grace):
-                break
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.process = None
+        if self.process is not None:
+            stop_process_group(self.process, sig, wait)
+            self.process = None
 
     def ctdb(self, *args: str, timeout: float = 30.0, check: bool = True) -> str:
         """A ctdb command through this node's ctdbd; its output."""
@@ -141,21 +131,6 @@ class CtdbNode:
         if not self.log.exists():
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _group_gone(pgid: int, wait: float) -> bool:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        try:  # reap the leader, so it does not linger as a zombie
-            os.waitpid(pgid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
-    return False
 
 
 def node_states(status: str) -> dict[int, str]:

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -50,6 +51,39 @@ def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def stop_process_group(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 5.0) -> None:
+    """End ``process`` and everything else in the process group it leads
+    (started with ``start_new_session``), by its PID: ``sig``, then SIGKILL
+    if the group is not gone after ``grace`` seconds. Reaps the leader."""
+    pgid = process.pid
+    for signum, wait in ((sig, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            break
+        if _group_gone(pgid, wait):
+            break
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_gone(pgid: int, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # reap the leader, so it does not linger as a zombie
+            os.waitpid(pgid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
 
 
 @contextlib.contextmanager

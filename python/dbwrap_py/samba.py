@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.paths import bridge_environment, preload_library
-from dbwrap_py.servers import stop_process_group
+from dbwrap_py.servers import StartStop, stop_process_group
 
 TEST_USER = "dbwrappy"
 TEST_PASSWORD = "dbwrappy-Pass1"
@@ -92,7 +92,7 @@ def ensure_test_user() -> None:
         )
 
 
-class ThrowawaySamba:
+class ThrowawaySamba(StartStop):
     """``root``: a folder of an earlier, stopped instance (kept with ``keep``)
     to start again on the same databases, e.g. with another adapter."""
 
@@ -134,17 +134,6 @@ class ThrowawaySamba:
         return env
 
     # -- lifecycle ---------------------------------------------------------
-
-    def __enter__(self) -> "ThrowawaySamba":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         self.root.mkdir(exist_ok=True)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dbwrap_py.servers import stop_process_group
+from dbwrap_py.servers import StartStop, stop_process_group
 
 CTDBD = "/usr/sbin/ctdbd"
 CTDB = "ctdb"
@@ -138,7 +138,7 @@ def node_states(status: str) -> dict[int, str]:
     return {int(pnn): state for pnn, _, state in _STATUS_LINE.findall(status)}
 
 
-class CtdbCluster:
+class CtdbCluster(StartStop):
     """``nodes`` ctdbds under ``root``, healthy when start() returns."""
 
     def __init__(self, root: Path, nodes: int = 3, start_timeout: float = 90.0) -> None:
@@ -148,17 +148,6 @@ class CtdbCluster:
         self.start_timeout = start_timeout
         self.size = nodes
         self.nodes: list[CtdbNode] = []
-
-    def __enter__(self) -> "CtdbCluster":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         addresses = free_addresses(self.size)

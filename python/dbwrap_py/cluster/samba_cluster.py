@@ -38,6 +38,7 @@ from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SHARE, SambaSetup, ThrowawaySamba
+from dbwrap_py.servers import StartStop
 
 #: the databases of share modes, byte-range locks and leases
 LOCKING_DATABASES = ("locking.tdb", "brlock.tdb", "leases.tdb")
@@ -79,7 +80,7 @@ def free_port_on_every_node(addresses: Sequence[str]) -> int:
     raise ClusterError("no port free on every node's address")
 
 
-class SambaCluster:
+class SambaCluster(StartStop):
     """The cluster of ``setup``, up when start() returns."""
 
     def __init__(self, setup: ClusterSetup | None = None, root: Path | None = None) -> None:
@@ -102,17 +103,6 @@ class SambaCluster:
     @property
     def port(self) -> int:
         return self.sambas[0].port
-
-    def __enter__(self) -> "SambaCluster":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         self.root.chmod(0o755)  # the test user must reach the share inside

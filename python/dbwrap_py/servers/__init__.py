@@ -19,6 +19,7 @@ from typing import TypeVar
 from dbwrap_py.registry import find_adapter
 
 _Reach = TypeVar("_Reach")
+_Self = TypeVar("_Self", bound="StartStop")
 #: util-linux's setpriv (in every Debian root): sets the parent-death signal, then execs
 _SETPRIV = shutil.which("setpriv")
 
@@ -51,6 +52,28 @@ def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class StartStop:
+    """``with`` over start() and stop(): a start that fails part-way stops
+    what it began before the error goes on."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def stop_process_group(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 5.0) -> None:

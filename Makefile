@@ -47,8 +47,9 @@ MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
 .PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-cluster \
-	test-conformance-proxy test-fuzz-proxy test-torture-proxy test-torture-proxy-etcd test-torture-proxy-rados test-torture-proxy-etcd-fastpath test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados test-torture-rados-cache test-torture-cassandra test-torture-cassandra-cache test-torture-scylla test-fresh test-full test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-fdb-model test-torture-fdb-model-cache bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados bench-cassandra soak-etcd clean
+	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-scylla \
+	test-fresh test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados \
+	bench-cassandra soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -131,18 +132,15 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 # Everything but the long smbtorture comparisons (what test-fresh runs).
 test-fast: all test-c test-memcheck test-python test-conformance test-smb test-fuzz-proxy
 
-test: test-fast test-torture test-torture-etcd test-torture-etcd-cache test-torture-rados \
-	test-torture-cassandra test-torture-fdb-model test-torture-proxy
+test: test-fast test-torture-matrix
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh root, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters.
 # `make soak-etcd` is separate (~30 min).
-test-full: test test-fresh test-torture-etcd-write-through test-torture-sqlite-leased-cache \
-	test-torture-rados-cache test-torture-cassandra-cache test-torture-scylla \
-	test-torture-fdb-model-cache test-conformance-proxy test-fuzz-proxy test-torture-proxy-etcd \
-	test-torture-proxy-rados test-torture-proxy-etcd-fastpath test-cluster
+test-full: test test-fresh test-torture-matrix-full test-torture-scylla test-conformance-proxy \
+	test-fuzz-proxy test-cluster
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
 # a chroot): `make demo`, then `make test-fast`, on a clone of the committed
@@ -218,74 +216,37 @@ test-cluster: all
 test-smb: all
 	$(VPY) -m pytest -q tests/smb
 
-# smbtorture's smb2 suites, native tdb against bridge+tdb, side by side.
+# smbtorture's smb2 suites on `make test`'s bridge configurations, each
+# against one native run of every suite, four smbtorture runs at a time (the
+# runs mostly wait on smbd's timers): tdb, etcd without and with the node
+# cache, rados, cassandra, the model of FoundationDB (not FoundationDB, which
+# cannot run here), and tdb in proxy mode. Each starts its throwaway server.
+TORTURE_CONFIGS := tdb etcd etcd,node_cache=yes rados cassandra fdb,fdb_library=model tdb,transport=proxy
+test-torture-matrix: all
+	$(VPY) -m dbwrap_py.cli torture --parallel 4 $(addprefix --config ,$(TORTURE_CONFIGS))
+
+# The node-cache and proxy configurations `make test` leaves out (make test-full).
+TORTURE_CONFIGS_FULL := etcd,node_cache=write-through sqlite_leased,node_cache=yes rados,node_cache=yes \
+	cassandra,node_cache=yes fdb,fdb_library=model,node_cache=yes etcd,transport=proxy \
+	rados,transport=proxy etcd,transport=proxy,node_cache=yes
+test-torture-matrix-full: all
+	$(VPY) -m dbwrap_py.cli torture --parallel 4 $(addprefix --config ,$(TORTURE_CONFIGS_FULL))
+
+# One configuration against native tdb, side by side, e.g.
+# make test-torture TORTURE_CONFIG=etcd,node_cache=yes (default: tdb).
+TORTURE_CONFIG ?= tdb
 test-torture: all
-	$(VPY) -m dbwrap_py.cli torture
+	$(VPY) -m dbwrap_py.cli torture --config $(TORTURE_CONFIG)
 
 # Random, truncated and mutated requests at a throwaway node daemon for 30 s:
 # it must stay up, with no record left locked.
 test-fuzz-proxy: all
 	$(VPY) -m dbwrap_py.proxy.fuzz 30
 
-# Proxy mode: the tdb adapter in a throwaway node daemon; smbd maps no Python.
-test-torture-proxy: all
-	$(VPY) -m dbwrap_py.cli torture --adapter tdb -o transport=proxy
-
-# Proxy mode on a throwaway etcd, and on a throwaway Ceph (make test-full).
-test-torture-proxy-etcd: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy
-
-test-torture-proxy-rados: all
-	$(VPY) -m dbwrap_py.cli torture --adapter rados -o transport=proxy
-
-# etcd with the node cache via proxy, smbd reaching the node's records itself (make test-full).
-test-torture-proxy-etcd-fastpath: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o transport=proxy -o node_cache=yes
-
-# The same suites with smbd's volatile databases on a throwaway etcd.
-test-torture-etcd: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd
-
-# Again with the node cache: a throwaway node agent beside the etcd.
-test-torture-etcd-cache: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o node_cache=yes
-
-# The same suites with smbd's volatile databases on a throwaway Ceph (RADOS omaps).
-test-torture-rados: all
-	$(VPY) -m dbwrap_py.cli torture --adapter rados
-
-# Again with the node cache: a throwaway node agent beside the Ceph.
-test-torture-rados-cache: all
-	$(VPY) -m dbwrap_py.cli torture --adapter rados -o node_cache=yes
-
-# The same suites with smbd's volatile databases on a throwaway Cassandra.
-test-torture-cassandra: all
-	$(VPY) -m dbwrap_py.cli torture --adapter cassandra
-
-# smbtorture on the model of FoundationDB (a throwaway model server; not
-# FoundationDB, which cannot run here), without and with the node cache.
-test-torture-fdb-model: all
-	$(VPY) -m dbwrap_py.cli torture --adapter fdb -o fdb_library=model
-
-test-torture-fdb-model-cache: all
-	$(VPY) -m dbwrap_py.cli torture --adapter fdb -o fdb_library=model -o node_cache=yes
-
-# smbtorture on cassandra with the node cache (a throwaway node agent).
-test-torture-cassandra-cache: all
-	$(VPY) -m dbwrap_py.cli torture --adapter cassandra -o node_cache=yes
-
 # The scylla dialect (scylla-driver, its own venv) against the same throwaway
 # Cassandra: no ScyllaDB server can be had here.
 test-torture-scylla: all venv-scylla
 	$(VPY_SCYLLA) -m dbwrap_py.cli torture --adapter scylla
-
-# Write-through on all eight: every store reaches etcd before its unlock returns.
-test-torture-etcd-write-through: all
-	$(VPY) -m dbwrap_py.cli torture --adapter etcd -o node_cache=write-through
-
-# The node cache on sqlite_leased, the small example of its protocol.
-test-torture-sqlite-leased-cache: all
-	$(VPY) -m dbwrap_py.cli torture --adapter sqlite_leased -o node_cache=yes
 
 # The main job: a real smbd on the bridge, opens/s against native tdb.
 demo: all

@@ -35,7 +35,7 @@ import codecs
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,7 @@ from dbwrap_py.servers import backend_options, serve_until_stopped
 if TYPE_CHECKING:
     from dbwrap_py import migrate
     from dbwrap_py.samba import SambaSetup
+    from dbwrap_py.smbtorture import Comparison
 
 
 def _bytes(text: str) -> bytes:
@@ -279,46 +280,91 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def _cmd_torture(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
     from dbwrap_py import smbtorture
 
-    with backend_options(args.adapter, _adapter_options(args.option)) as options:
-        return _compare_torture(args, smbtorture.setup_for("bridge", args.adapter, options))
+    try:
+        configurations = torture_configurations(args.config, args.adapter, args.option)
+    except ValueError as exc:
+        print(f"dbwrap-py torture: {exc}", file=sys.stderr)
+        return 2
+    with ExitStack() as stack:  # each configuration's throwaway servers, stopped on the way out
+        setups = [smbtorture.setup_for("bridge", adapter, stack.enter_context(backend_options(adapter, options)))
+                  for adapter, options in configurations]
+        return _compare_torture(args, setups)
 
 
-def _compare_torture(args: argparse.Namespace, setup: "SambaSetup") -> int:
+def torture_configurations(configs: Sequence[str], adapter: str,
+                           pairs: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
+    """``--config ADAPTER[,K=V...]`` (repeatable), or else ``--adapter`` with ``-o``."""
+    if not configs:
+        return [(adapter, _adapter_options(pairs))]
+    if pairs or adapter != "tdb":
+        raise ValueError("give --config, or --adapter and -o, not both")
+    parsed = []
+    for text in configs:
+        name, *rest = [part.strip() for part in text.split(",")]
+        if not name or any("=" not in pair for pair in rest):
+            raise ValueError(f"--config {text!r}: expected ADAPTER[,K=V...]")
+        parsed.append((name, _adapter_options(rest)))
+    return parsed
+
+
+def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -> int:
     from dbwrap_py import smbtorture
     from dbwrap_py.bench.targets import display_name
 
     suites = args.suite or list(smbtorture.SUITES)
-    bridged = "bridge+" + display_name(setup.adapter, setup.adapter_options)  # fdb (model) says so
-    width = max(12, len(bridged))
-    header = f"{'suite.subtest':<60} {'native':<10} {bridged:<{width}} note"
+    # fdb (model) says so; a column per setup, named in the legend
+    names = [_torture_name(display_name(s.adapter, s.adapter_options), s.adapter_options) for s in setups]
+    labels = names if len(setups) == 1 else [f"[{n}]" for n in range(1, len(setups) + 1)]
+    if len(setups) > 1:
+        print(*(f"{label} {name}" for label, name in zip(labels, names)), sep="\n")
+    print(f"{len(suites)} suites, {args.parallel} smbtorture runs at a time; "
+          "* failed once through the bridge and passed on retry, ! a regression", flush=True)
 
-    def show(c: smbtorture.Comparison) -> None:
-        print(f"\n{c.suite}: native {c.native.seconds:.0f}s, bridge {c.bridge.seconds:.0f}s\n{header}")
-        for name, native, bridge, note in c.rows():
-            print(f"{c.suite + '.' + name:<60} {native:<10} {bridge:<{width}} {note}")
-            for line in c.causes.get(name, ()):
-                print(f"      {line}")
-        sys.stdout.flush()
+    def show(row: list[smbtorture.Comparison]) -> None:
+        print("\n" + "\n".join(smbtorture.suite_table(row, labels)), flush=True)
 
-    comparisons = smbtorture.compare_suites(suites, setup, progress=show)
-    native_ok = sum(sum(r == "success" for r in c.native.results.values()) for c in comparisons)
-    bridge_ok = sum(sum(r == "success" for r in c.bridge.results.values()) for c in comparisons)
-    regressions = [f"{c.suite}.{n}" for c in comparisons for n in c.regressions]
-    flaky = [f"{c.suite}.{n}" for c in comparisons for n in c.flaky]
-    print(f"\nsubtests passing: native {native_ok}, {bridged} {bridge_ok}")
+    rows = smbtorture.compare_matrix(suites, setups, parallel=args.parallel, progress=show)
+    native_ok = sum(r == "success" for row in rows for r in row[0].native.results.values())
+    failed = False
+    print()
+    for column, (label, name) in enumerate(zip(labels, names)):
+        comparisons = [row[column] for row in rows]
+        failed |= _torture_summary(label if len(setups) > 1 else "", name, native_ok, comparisons)
     for name, why in smbtorture.EXCLUDED.items():
         print(f"excluded: {name}: {why}")
+    for row in rows:
+        if not row[0].native.results:  # nothing to compare against
+            failed = True
+            print(f"NOT COMPARED: {row[0].suite}: the native run gave no results",
+                  *row[0].native.cause, sep="\n      ")
+    return 1 if failed else 0
+
+
+#: the options a torture result's name shows (endpoints and sockets say nothing)
+_SHOWN_OPTIONS = ("node_cache", "proxy_fastpath", "lease_ttl", "lease")
+
+
+def _torture_name(label: str, options: Mapping[str, str]) -> str:
+    shown = " ".join(f"{k}={v}" for k, v in options.items() if k in _SHOWN_OPTIONS)
+    return f"bridge+{label} {shown}".rstrip()
+
+
+def _torture_summary(label: str, name: str, native_ok: int, comparisons: Sequence["Comparison"]) -> bool:
+    """One setup's totals; True when it has a regression."""
+    bridge_ok = sum(r == "success" for c in comparisons for r in c.bridge.results.values())
+    regressions = [f"{c.suite}.{n}" for c in comparisons for n in c.regressions]
+    flaky = [f"{c.suite}.{n}" for c in comparisons for n in c.flaky]
+    print(f"{label} {name}: {bridge_ok} subtests passing (native {native_ok}); "
+          f"{native_ok - len(regressions)} passed, {len(regressions)} failed".lstrip())
     if flaky:
-        print("failed once through the bridge, passed on retry: " + ", ".join(flaky))
+        print("    failed once through the bridge, passed on retry: " + ", ".join(flaky))
     if regressions:
-        print("REGRESSIONS (pass natively, fail through the bridge): " + ", ".join(regressions))
-    unmeasured = [c for c in comparisons if not c.native.results]  # nothing to compare against
-    for c in unmeasured:
-        print(f"NOT COMPARED: {c.suite}: the native run gave no results", *c.native.cause, sep="\n      ")
-    print(f"{native_ok - len(regressions)} passed, {len(regressions)} failed")
-    return 1 if regressions or unmeasured else 0
+        print("    REGRESSIONS (pass natively, fail through the bridge): " + ", ".join(regressions))
+    return bool(regressions)
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
@@ -638,6 +684,11 @@ def build_parser() -> argparse.ArgumentParser:
     cassandra.set_defaults(fn=_cmd_cassandra)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
+    torture.add_argument("--config", action="append", default=[], metavar="ADAPTER[,K=V...]",
+                         help="a bridge configuration (repeatable), each compared with one native run"
+                              " of every suite; instead of --adapter and -o")
+    torture.add_argument("--parallel", type=int, default=2, metavar="N",
+                         help="smbtorture runs at a time, native and bridge together (default 2)")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")
     demo.add_argument("--time", type=int, default=5)
     demo.add_argument("--nprocs", type=int, default=4)

@@ -151,6 +151,7 @@ class ThrowawaySamba(StartStop):
         self._smbd = subprocess.Popen(
             ["smbd", "--foreground", "--no-process-group", f"--configfile={self.conf}"],
             env=self.env,
+            stdin=subprocess.DEVNULL,  # smbd --foreground exits when a stdin pipe closes
             stdout=subprocess.DEVNULL,
             stderr=self._smbd_stderr,
             start_new_session=True,  # its own process group, ended by its PID

@@ -1,9 +1,11 @@
 """Run Debian's smbtorture against a throwaway Samba, native and bridged.
 
 * run_suite(): one smb2 suite against a fresh smbd, results per subtest;
-* compare_suites(): native and bridge side by side, the same run, with
-  subtests that fail only through the bridge retried once on a fresh smbd
+* compare_matrix(): each suite natively once and on several bridge setups,
+  a few runs at a time, each bridge run compared with the native one; a
+  subtest that fails only through the bridge is retried once on a fresh smbd
   (a timing flake passes then; a real regression fails again);
+* suite_table(): one suite's row of comparisons as a table;
 * path_contention(): smb2.bench.path-contention-shared, opens/s and closes/s.
 """
 
@@ -12,8 +14,8 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dbwrap_py.explain import explain
@@ -129,22 +131,43 @@ class Comparison:
     #: a regression's cause, from its retry
     causes: dict[str, list[str]] = field(default_factory=dict)
 
-    def rows(self) -> Iterable[tuple[str, str, str, str]]:
-        for name in sorted(set(self.native.results) | set(self.bridge.results)):
-            note = "regression" if name in self.regressions else "flaky, passed on retry" if name in self.flaky else ""
-            yield name, self.native.results.get(name, "-"), self.bridge.results.get(name, "-"), note
 
+def compare_matrix(suites: Sequence[str], bridge_setups: Sequence[SambaSetup], parallel: int = 2,
+                   retry: bool = True,
+                   progress: Callable[[list[Comparison]], None] | None = None) -> list[list[Comparison]]:
+    """Each suite once natively and once on every bridge setup, ``parallel``
+    runs at a time, each compared with the suite's one native run.
 
-def compare_suite(suite: str, bridge_setup: SambaSetup, retry: bool = True) -> Comparison:
+    The runs are queued suite by suite, native first, so a suite's native
+    run is under way while its bridge runs are and all see the same load.
+    Runs are mostly waits on smbd's timers, so several fit on two cores.
+    Returns, per suite, one Comparison per setup; ``progress`` gets each
+    suite's row as it completes, in order."""
     native_setup = setup_for("native")
-    with ThreadPoolExecutor(max_workers=2) as pool:  # side by side: the same load on both
-        native_f = pool.submit(run_suite, suite, native_setup, "native")
-        bridge_f = pool.submit(run_suite, suite, bridge_setup, "bridge")
-        comparison = Comparison(suite, native_f.result(), bridge_f.result())
+    rows: list[list[Comparison]] = []
+    # at least 2: a bridge run blocks its worker on the native run of its suite
+    with ThreadPoolExecutor(max_workers=max(2, parallel)) as pool:
+        queued = []
+        for suite in suites:  # FIFO: the native run is taken before its bridge runs
+            native = pool.submit(run_suite, suite, native_setup, "native")
+            queued.append([pool.submit(_bridge_side, suite, setup, native, retry) for setup in bridge_setups])
+        for futures in queued:
+            rows.append([f.result() for f in futures])
+            if progress is not None:
+                progress(rows[-1])
+    return rows
+
+
+def _bridge_side(suite: str, setup: SambaSetup, native: Future[SuiteRun], retry: bool) -> Comparison:
+    """A suite on one bridge setup, judged against the native run: a subtest
+    that passes natively and fails here is run again alone on a fresh smbd;
+    passing then makes it flaky, failing again a regression."""
+    bridge = run_suite(suite, setup, "bridge")
+    comparison = Comparison(suite, native.result(), bridge)
     for name, result in comparison.native.results.items():
         if result != "success" or comparison.bridge.passed(name) or name in EXCLUDED:
             continue
-        again = run_suite(f"{suite}.{name}", bridge_setup, "bridge") if retry else None
+        again = run_suite(f"{suite}.{name}", setup, "bridge") if retry else None
         if again is not None and again.results and all(r == "success" for r in again.results.values()):
             comparison.flaky.append(name)
         else:
@@ -153,15 +176,29 @@ def compare_suite(suite: str, bridge_setup: SambaSetup, retry: bool = True) -> C
     return comparison
 
 
-def compare_suites(suites: Sequence[str], bridge_setup: SambaSetup,
-                   progress: Callable[[Comparison], None] | None = None) -> list[Comparison]:
-    comparisons = []
-    for suite in suites:
-        comparison = compare_suite(suite, bridge_setup)
-        comparisons.append(comparison)
-        if progress is not None:
-            progress(comparison)
-    return comparisons
+def suite_table(row: Sequence[Comparison], labels: Sequence[str]) -> list[str]:
+    """One suite's comparisons (one native run, a bridge run per label) as
+    lines: a subtest per row, a column per run; ``*`` marks a failure that
+    passed on its retry, ``!`` a regression, whose cause follows the table."""
+    suite, native = row[0].suite, row[0].native
+    width = max([10, *map(len, labels)])
+    timing = ", ".join(f"{label} {c.bridge.seconds:.0f}s" for label, c in zip(labels, row))
+    lines = [f"{suite}: native {native.seconds:.0f}s, {timing}",
+             (f"{'suite.subtest':<60} {'native':<10} " + " ".join(f"{label:<{width}}" for label in labels)).rstrip()]
+    names = sorted(set(native.results).union(*(c.bridge.results for c in row)))
+    for name in names:
+        cells = [c.bridge.results.get(name, "-") + _mark(c, name) for c in row]
+        lines.append(f"{suite + '.' + name:<60} {native.results.get(name, '-'):<10} "
+                     + " ".join(f"{cell:<{width}}" for cell in cells).rstrip())
+    for label, comparison in zip(labels, row):
+        for name in comparison.regressions:
+            lines.append(f"  {label} {suite}.{name}: fails through the bridge, passes natively")
+            lines.extend(f"      {line}" for line in comparison.causes.get(name, ()))
+    return lines
+
+
+def _mark(comparison: Comparison, name: str) -> str:
+    return "!" if name in comparison.regressions else "*" if name in comparison.flaky else ""
 
 
 @dataclass

@@ -1,0 +1,121 @@
+"""The smbtorture matrix: one native run per suite shared by every bridge
+configuration, runs a few at a time, retries that tell a flake from a
+regression, and the table and command line around it.
+
+run_suite is replaced here by a scripted one (no smbd): these tests are
+about scheduling and judging; the real runs are `make test`'s torture targets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dbwrap_py import smbtorture
+from dbwrap_py.cli import torture_configurations
+from dbwrap_py.samba import SambaSetup
+from dbwrap_py.smbtorture import Comparison, SuiteRun, compare_matrix, suite_table
+
+
+class ScriptedRuns:
+    """run_suite's stand-in: results per (mode, adapter), counting runs and
+    the most that ran at once."""
+
+    def __init__(self, results: dict[tuple[str, str], dict[str, str]],
+                 retries: dict[str, str] | None = None) -> None:
+        self.results = results
+        self.retries = retries or {}  # adapter -> result of a one-subtest rerun
+        self.calls: list[tuple[str, str, str]] = []
+        self.running = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, suite: str, setup: SambaSetup, mode: str, timeout: float = 0) -> SuiteRun:
+        with self._lock:
+            self.calls.append((suite, mode, setup.adapter))
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.05)  # long enough for the pool to overlap runs
+        with self._lock:
+            self.running -= 1
+        if suite.count(".") > 1:  # a one-subtest retry, smb2.x.name
+            return SuiteRun(suite, mode, results={suite.rsplit(".", 1)[1]: self.retries[setup.adapter]})
+        return SuiteRun(suite, mode, results=dict(self.results[(mode, setup.adapter)]))
+
+
+def bridge(adapter: str) -> SambaSetup:
+    return SambaSetup(bridged=("locking.tdb",), adapter=adapter)
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> ScriptedRuns:
+    runs = ScriptedRuns({
+        ("native", "tdb"): {"a": "success", "b": "success", "c": "failure"},
+        ("bridge", "tdb"): {"a": "success", "b": "success", "c": "failure"},
+        ("bridge", "flaky"): {"a": "success", "b": "failure", "c": "failure"},
+        ("bridge", "broken"): {"a": "success", "b": "error", "c": "success"},
+    }, retries={"flaky": "success", "broken": "failure"})
+    monkeypatch.setattr(smbtorture, "run_suite", runs)
+    return runs
+
+
+def test_one_native_run_per_suite_for_every_configuration(scripted: ScriptedRuns) -> None:
+    suites = ["smb2.one", "smb2.two", "smb2.three"]
+    rows = compare_matrix(suites, [bridge("tdb"), bridge("flaky"), bridge("broken")], parallel=3)
+    natives = [call for call in scripted.calls if call[1] == "native"]
+    assert [suite for suite, _, _ in natives] == suites
+    assert [row[0].suite for row in rows] == suites
+    for row in rows:  # every configuration judged against that suite's one native run
+        assert len({id(c.native) for c in row}) == 1
+    assert scripted.most == 3
+
+
+def test_a_failure_that_passes_alone_is_flaky_one_that_fails_again_a_regression(scripted: ScriptedRuns) -> None:
+    (tdb, flaky, broken), = compare_matrix(["smb2.one"], [bridge("tdb"), bridge("flaky"), bridge("broken")])
+    assert (tdb.regressions, tdb.flaky) == ([], [])
+    assert (flaky.regressions, flaky.flaky) == ([], ["b"])
+    assert (broken.regressions, broken.flaky) == (["b"], [])  # c fails natively: not judged
+    retried = [suite for suite, mode, _ in scripted.calls if suite.count(".") > 1]
+    assert sorted(retried) == ["smb2.one.b", "smb2.one.b"]
+
+
+def test_two_at_a_time_does_not_wait_on_itself(scripted: ScriptedRuns) -> None:
+    """A bridge run waits on its suite's native run; with two workers and
+    many configurations the native run is always taken first."""
+    done = threading.Event()
+    result: list[list[list[Comparison]]] = []
+
+    def run() -> None:
+        result.append(compare_matrix(["smb2.one", "smb2.two"], [bridge("tdb")] * 4, parallel=2))
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(10), "compare_matrix deadlocked"
+    assert scripted.most <= 2
+    assert [len(row) for row in result[0]] == [4, 4]
+
+
+def test_suite_table_marks_flakes_and_regressions_and_gives_the_cause() -> None:
+    native = SuiteRun("smb2.x", "native", results={"a": "success", "b": "success"}, seconds=10)
+    ok = Comparison("smb2.x", native, SuiteRun("smb2.x", "bridge", results={"a": "success", "b": "failure"}),
+                    flaky=["b"])
+    bad = Comparison("smb2.x", native, SuiteRun("smb2.x", "bridge", results={"a": "success"}),
+                     regressions=["b"], causes={"b": ["smbd: NT_STATUS_INTERNAL_ERROR"]})
+    lines = suite_table([ok, bad], ["[1]", "[2]"])
+    row_b = next(line for line in lines if line.startswith("smb2.x.b "))
+    assert row_b.split()[1:] == ["success", "failure*", "-!"]
+    assert "  [2] smb2.x.b: fails through the bridge, passes natively" in lines
+    assert lines[-1].strip() == "smbd: NT_STATUS_INTERNAL_ERROR"
+
+
+def test_configurations_from_config_or_adapter_and_options() -> None:
+    assert torture_configurations([], "etcd", ["node_cache=yes"]) == [("etcd", {"node_cache": "yes"})]
+    assert torture_configurations(["tdb", "etcd,node_cache=yes,lease_ttl=2"], "tdb", []) == [
+        ("tdb", {}), ("etcd", {"node_cache": "yes", "lease_ttl": "2"})]
+    for bad in (["etcd,node_cache"], [",x=1"]):
+        with pytest.raises(ValueError):
+            torture_configurations(bad, "tdb", [])
+    with pytest.raises(ValueError, match="not both"):
+        torture_configurations(["etcd"], "tdb", ["node_cache=yes"])

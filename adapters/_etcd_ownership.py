@@ -203,6 +203,20 @@ class EtcdOwnership(Ownership):
             return marker_node(claim)
         return None
 
+    def owners(self) -> frozenset[bytes]:
+        # record locks and bucket claims: both go with their lease
+        k = self.keys
+        reply = self._txn({"success": [range_op(k.locks_prefix, prefix_end(k.locks_prefix)),
+                                       range_op(k.buckets_prefix, prefix_end(k.buckets_prefix))]})
+        markers = (_unb64(kv.get("value")) for response in reply.get("responses", [])
+                   for kv in response.get("response_range", {}).get("kvs", []))
+        return frozenset(node for node in map(marker_node, markers) if node is not None)
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        reply = self._call("/v3/kv/range", {"key": _b64(request(self.keys.prefix, owner, self.keys.db, key)),
+                                            "count_only": True}, True)
+        return int(reply.get("count", 0)) > 0
+
 
 class EtcdNodeStore(NodeStore):
     """The node agent's connection to etcd."""

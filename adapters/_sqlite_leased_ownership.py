@@ -220,6 +220,16 @@ class SqliteOwnership(Ownership):
         rows = self._sql().run(HOLDER, {"k": key})
         return rows[0][0].encode() if rows else None
 
+    def owners(self) -> frozenset[bytes]:
+        rows = self._sql().run("SELECT node FROM node_locks UNION SELECT node FROM node_claims")
+        return frozenset(row[0].encode() for row in rows)
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        # extended as it is looked at: an expired request would look served
+        return bool(self._sql().run("""UPDATE cluster.requests SET expires = (SELECT expires FROM cluster.nodes
+                                       WHERE lease = ?) WHERE node = ? AND db = ? AND k = ? RETURNING 1""",
+                                    (requester_lease, owner.decode(), self.db, key)))
+
 
 class SqliteNodeStore(NodeStore):
     """The node agent's side: node leases and requests in the cluster file.

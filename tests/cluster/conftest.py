@@ -26,11 +26,7 @@ CONFIGURATIONS = {
                                     adapter_options={"node_cache": "yes"}),
 }
 #: (configuration, check) that do not pass yet, and why: strict, so a fix shows
-KNOWN_GAPS = {
-    ("etcd-node-cache", "opens_listed_everywhere"):
-        "a write-back node cache's traverse sees another node's owned records only as last "
-        "written back (CachedAdapter.scan); ctdb's traverse asks every node",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 #: broken on purpose: each node keeps its own share modes, byte-range locks and leases
 BROKEN = ClusterSetup(node_local=LOCKING_DATABASES)

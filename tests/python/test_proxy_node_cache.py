@@ -302,3 +302,23 @@ def test_the_daemon_logs_its_requests_by_op_as_it_stops(backend, nodes, name):
         daemon.stop()
         assert daemon.request_counts() == {"HELLO": 1, "OPEN": 1, "NODE_CACHE": 1, "MOVE_IN": 2,
                                            "HAND_OVER": 1}
+
+
+# -- traverse --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+def test_a_traverse_through_the_daemon_sees_another_nodes_records(backend, nodes, name, daemon, write):
+    """The daemon's traverse is CachedAdapter.scan too: node a's record, only
+    in node a's cache, is listed by a traverse on node b (nodecache/sync.py)."""
+    a, b = nodes
+    on_a = open_on(backend, a, name)
+    try:
+        with connect(daemon) as client:
+            db = open_via(client, backend, b, name)
+            put(on_a, b"open", b"on-node-a")
+            assert owned_here(on_a, b"open") is not None, "node a owns it, unwritten"
+            assert dict(client.traverse(db, write)) == {b"open": b"on-node-a"}
+            client.close_db(db)
+    finally:
+        on_a.close()

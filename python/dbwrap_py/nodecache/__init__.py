@@ -18,6 +18,8 @@ The parts:
 * ``layout.py``: how a record the node owns is kept in the local tdb (a
   header with the owner lease, the fence token and flags), and buckets.
 * ``cache.py``: one database's records on the node, for the processes.
+* ``sync.py``: a write-back cache's traverse has the other nodes owning
+  records of the database write them through first, so it sees them.
 * ``agent.py``: the node agent, ``dbwrap-py node-agent`` (one per node, like
   ctdbd): keeps the lease alive, serves release requests, hands deleted
   records back, drains on SIGTERM.

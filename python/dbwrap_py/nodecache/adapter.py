@@ -14,7 +14,10 @@ Options, read here and not by the adapter:
   store reaches the backend before the unlock returns, so the record
   survives the node);
 * ``node_cache_dir``: the node agent's directory (default: next to the
-  database, ``node-cache``).
+  database, ``node-cache``);
+* ``node_cache_sync_timeout``: how many seconds a write-back cache's
+  traverse waits for the other nodes to write their records through
+  (``sync.py``; default 5).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from dbwrap_py.adapter import Adapter, Capabilities
 from dbwrap_py.errors import ConfigError, NotSupported
 from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache
 from dbwrap_py.nodecache.state import NodeState
+from dbwrap_py.nodecache.sync import DEFAULT_TIMEOUT, owners_write_through
 from dbwrap_py.options import Options
 
-OPTION_NAMES = ("node_cache", "node_cache_dir")
+OPTION_NAMES = ("node_cache", "node_cache_dir", "node_cache_sync_timeout")
 _MODES = {"yes": WRITE_BACK, "true": WRITE_BACK, "on": WRITE_BACK, "1": WRITE_BACK,
           WRITE_BACK: WRITE_BACK, WRITE_THROUGH: WRITE_THROUGH}
 _OFF = {"no", "false", "off", "0", ""}
@@ -104,6 +108,7 @@ class CachedAdapter(Adapter):
         self.inner = inner
         os.makedirs(directory, mode=0o755, exist_ok=True)  # as Samba's lock directory
         self.cache: NodeCache | None = None
+        self.sync_timeout = inner.options.get_float("node_cache_sync_timeout", DEFAULT_TIMEOUT, minimum=0.0)
         if NodeState(directory).configured():
             ownership = inner.ownership()
             self.cache = NodeCache(directory, inner.node_cache_id, ownership, mode, inner.spec.mode,
@@ -162,10 +167,14 @@ class CachedAdapter(Adapter):
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """The store's records, where the node owns one its own copy instead.
-        Another node's records are as they were last written back."""
+        In write-back mode the other nodes owning records write them through
+        first, as far as they answer in time (sync.py)."""
         if self.cache is None:
             yield from self.inner.scan()
             return
+        if not self.cache.write_through:
+            owners_write_through(self.cache.ownership, self.cache.db_id, self.cache.state.node_name(),
+                                 self.cache.state.lease(), self.sync_timeout)
         owned = dict(self.cache.owned())
         for key, value in self.inner.scan():
             if key not in owned:

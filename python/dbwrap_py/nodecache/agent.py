@@ -42,6 +42,7 @@ from dbwrap_py.nodecache.cache import NodeCache, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
+from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options
 from dbwrap_py.servers import ServerError, dying_with_parent
 
@@ -53,6 +54,8 @@ VACUUM_SECONDS = 1.0
 VACUUM_SLICE = 64
 #: a request whose record is held locally is looked at again this often
 RETRY_SECONDS = 0.005
+#: how long a write-through for a traverse waits for records processes hold
+SYNC_HOLD_SECONDS = 1.0
 NODE_NAME_CHARS = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -78,7 +81,7 @@ class NodeAgent:
         self.ttl = ttl
         self.margin = min(1.0, ttl / 4)
         self.lease = NodeLease(0, ttl)
-        self.served = self.vacuumed = 0
+        self.served = self.vacuumed = self.written_through = 0
         self._stopping = threading.Event()
         self._released = threading.Event()  # after the drain: keepalives end
         self._mutex = threading.Lock()      # self.lease, between the keepalive thread and us
@@ -177,6 +180,9 @@ class NodeAgent:
 
     def _serve(self, db_id: bytes, key: bytes) -> bool:
         """One release request; False while a process of the node holds the record."""
+        if is_sync_key(key):
+            self._write_through(db_id, key)
+            return True
         lease = self._current()
         try:
             cache = self._cache_for(db_id)
@@ -195,6 +201,21 @@ class NodeAgent:
         self._writer.unwant(db_id, key)
         self.served += 1
         return True
+
+    def _write_through(self, db_id: bytes, key: bytes) -> None:
+        """A traverse on another node asks for the node's records of a
+        database (sync.py): write them through, then answer by removing the
+        request. Tried once: a traverse waits only so long, and one that gets
+        no answer says so."""
+        started = time.monotonic()
+        try:
+            cache = self._cache_for(db_id)
+            written = cache.write_through_owned(self._current().id, started + SYNC_HOLD_SECONDS) if cache else 0
+            self.store.done(self.node, db_id, key)
+        except (DbwrapError, OSError) as exc:
+            _log(f"write-through of {db_id!r} for a traverse: {exc}; not answered")
+            return
+        self.written_through += written
 
     def _local_caches(self) -> list[NodeCache]:
         """Every database some process of this node opened through the cache."""
@@ -262,7 +283,8 @@ class NodeAgent:
             cache.close()
         self.store.close()
         _log(f"stopped: {records} record(s) and {buckets} bucket(s) handed back; "
-             f"{self.served} release request(s) served; {self.vacuumed} deleted record(s) vacuumed")
+             f"{self.served} release request(s) served; {self.vacuumed} deleted record(s) vacuumed; "
+             f"{self.written_through} record(s) written through for traverses")
 
 
 class NodeAgentProcess:

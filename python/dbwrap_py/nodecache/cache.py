@@ -95,6 +95,7 @@ class NodeCache:
         self.records.set_callbacks(self._miss, self._hand_over)
         self._claim_backoff: dict[int, float] = {}
         self._asked: dict[bytes, tuple[bytes, float]] = {}  # key: (owner asked, when)
+        self._written_through_at = -1  # local seqnum when the store last had every owned record
 
     @property
     def wipe_revision(self) -> int:
@@ -377,6 +378,50 @@ class NodeCache:
                 for key in keys:
                     self.local.unlock(key)
         return released
+
+    def write_through_owned(self, lease: int, deadline: float) -> int:
+        """Write every record the node owns through to the store and keep
+        them (a traverse on another node asked: sync.py); the number written.
+        Each under its lock, so its value and IN_STORE flag stay one; a record
+        a process holds is tried again until ``deadline``, then Timeout. Free
+        when no local record changed since the last call that found none did."""
+        before = self.local.seqnum()
+        if before == self._written_through_at:
+            return 0
+        pending = [key for key, local in self.local_records(lease)
+                   if local.value is not None or local.flags & IN_STORE]
+        written = 0
+        while pending:
+            held = []
+            for key in pending:
+                if not self.local.try_lock(key):
+                    held.append(key)
+                    continue
+                try:
+                    written += self._write_through_locked(key, lease)
+                finally:
+                    self.local.unlock(key)
+            pending = held
+            if pending and time.monotonic() >= deadline:
+                raise Timeout(f"{len(pending)} record(s) held by a process here past the deadline")
+            if pending:
+                time.sleep(WAIT_POLL)
+        if self.local.seqnum() == before:  # nothing changed meanwhile, this call's flags included
+            self._written_through_at = before
+        return written
+
+    def _write_through_locked(self, key: bytes, lease: int) -> bool:
+        owned = self.records.owned(key, lease)
+        if owned is None:
+            return False
+        local = _local(owned)
+        if local.value is None and not local.flags & IN_STORE:
+            return False  # deleted, and the store never had it
+        if not self.ownership.write_through(key, local.value, local.token, local.via_bucket):
+            return False  # the ownership is gone: the store holds its new owner's
+        if bool(local.flags & IN_STORE) != (local.value is not None):
+            self.records.write(key, local.value, local.value is not None)  # whether a delete must reach it
+        return True
 
     # -- the rest of the adapter's operations -------------------------------------
 

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from dbwrap_py.errors import LockConflict
+from dbwrap_py.errors import LockConflict, NotSupported
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,20 @@ class Ownership(abc.ABC):
     @abc.abstractmethod
     def owner(self, key: bytes) -> bytes | None:
         """The node that owns ``key`` (by record lock or bucket), else None."""
+
+    # -- for a traverse that sees every node's records (sync.py); optional --------
+
+    def owners(self) -> frozenset[bytes]:
+        """Every node that owns a record of the database now, by record lock
+        or bucket, on a live lease. NotSupported where the adapter cannot
+        say: its traverses then see other nodes' records as last written back."""
+        raise NotSupported(f"{type(self).__name__} does not list a database's owners")
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        """Whether the request to ``owner`` for ``key`` is there still (its
+        agent removes it as it serves it). Where requests expire, this one
+        is kept as long as ``requester_lease`` lives: gone must mean served."""
+        raise NotSupported(f"{type(self).__name__} does not tell whether a request waits")
 
 
 class NodeStore(abc.ABC):

@@ -238,8 +238,12 @@ static NTSTATUS proxy_io_failed(struct proxy_conn *conn, const char *dbname,
 	return status;
 }
 
-static bool proxy_routine(NTSTATUS status)
+static bool proxy_routine(enum proxy_op op, NTSTATUS status)
 {
+	/* NODE_CACHE at every open: most databases have no write-back cache */
+	if (op == PROXY_NODE_CACHE) {
+		return NT_STATUS_EQUAL(status, NT_STATUS_NOT_SUPPORTED);
+	}
 	return NT_STATUS_EQUAL(status, NT_STATUS_NOT_FOUND) ||
 	       NT_STATUS_EQUAL(status, NT_STATUS_OBJECT_NAME_COLLISION) ||
 	       NT_STATUS_EQUAL(status, NT_STATUS_FILE_LOCK_CONFLICT) ||
@@ -252,7 +256,7 @@ static NTSTATUS proxy_error_reply(const char *dbname, enum proxy_op op,
 {
 	TDB_DATA cause = proxy_get_bytes(r);
 
-	dbwrap_py_log_level(proxy_routine(status) ? DBWRAP_PY_LOG_ROUTINE
+	dbwrap_py_log_level(proxy_routine(op, status) ? DBWRAP_PY_LOG_ROUTINE
 						  : DBWRAP_PY_LOG_ERROR,
 			    dbname, proxy_op_name(op), "%.*s (NTSTATUS 0x%08x)",
 			    (int)cause.dsize,

@@ -64,6 +64,7 @@ static inline TDB_DATA str_data(const char *s)
 extern const struct test_case semantics_tests[];
 extern const struct test_case process_tests[];
 extern const struct test_case error_tests[];
+extern const struct test_case quiet_tests[];
 
 /*
  * Runs fn(arg) in n children at once and waits at most `seconds` for all.

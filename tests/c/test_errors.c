@@ -264,6 +264,32 @@ static enum result test_bad_config(const struct backend *b, const char *dir)
 	return PASS;
 }
 
+/* -- a database that works logs nothing ----------------------------------------- */
+
+static enum result test_quiet_when_working(const struct backend *b, const char *dir)
+{
+	TALLOC_CTX *mem = talloc_new(NULL);
+	struct db_context *db;
+	struct capture cap;
+	TDB_DATA value;
+	char *log;
+
+	capture_start(&cap, dir);
+	db = open_db(mem, b, dir, "quiet.tdb", VOLATILE_FLAGS, DBWRAP_LOCK_ORDER_NONE);
+	if (db != NULL) {
+		(void)dbwrap_store(db, str_data("k"), str_data("v"), 0);
+		(void)dbwrap_fetch(db, mem, str_data("k"), &value);
+		(void)dbwrap_fetch(db, mem, str_data("missing"), &value); /* NOT_FOUND is an answer */
+	}
+	log = capture_end(&cap, mem);
+	CHECK(db != NULL, "open failed");
+	/* e.g. proxy mode's NODE_CACHE question, answered NOT_SUPPORTED for a
+	 * database without a write-back node cache, at every open */
+	CHECK(count_lines_with(log, "dbwrap_py: db=") == 0, "logged: %s", log);
+	talloc_free(mem);
+	return PASS;
+}
+
 /* -- the GIL is released between calls ------------------------------------------ */
 
 static enum result test_gil_released(const struct backend *b, const char *dir)
@@ -286,5 +312,11 @@ const struct test_case error_tests[] = {
 	{ "seqnum/id/exists failures stay safe", test_seqnum_and_id_errors },
 	{ "bad configuration fails db_open", test_bad_config },
 	{ "GIL released between calls", test_gil_released },
+	{ NULL, NULL },
+};
+
+/* on every backend */
+const struct test_case quiet_tests[] = {
+	{ "a working database logs nothing", test_quiet_when_working },
 	{ NULL, NULL },
 };

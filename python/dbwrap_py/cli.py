@@ -462,6 +462,8 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     print(f"{cluster.NODES}-node Samba cluster, path-contention-shared over every node, "
           f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
           + ", ".join(c.label for c in configs) + f"\n{cluster.note()}")
+    if args.adapters.strip() in ("", "auto", "all"):
+        print("not in auto: " + "; ".join(f"{name} ({why})" for name, why in cluster.left_out().items()))
     began = time.monotonic()
     with SweepProgress(len(configs), nprocs, args.rounds, args.time, "bench cluster",
                        setup_seconds=cluster.SETUP_SECONDS) as progress:

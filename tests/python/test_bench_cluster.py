@@ -63,6 +63,9 @@ def test_auto_takes_adapters_with_a_server_each_without_and_with_the_node_cache(
     for name in ("tdb", "sqlite", "sqlite_leased", "memory", "scylla"):
         assert name not in names
     assert cluster.parse_names("ctdb,etcd") == ["etcd"]
+    why = cluster.left_out()
+    assert "files on one host" in why["tdb"] and ".venv-scylla" in why["scylla"]
+    assert "etcd" not in why
 
 
 def test_odd_rounds_run_the_configurations_in_reverse():

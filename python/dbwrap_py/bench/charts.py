@@ -40,7 +40,7 @@ def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, tit
     (native tdb) dashed black; ``note`` in small print under the axes;
     ``names`` relabels lines in the legend."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5.4 if note else 5), dpi=110)
+    fig, ax = plt.subplots(figsize=(8, 5.6 if note else 5), dpi=110)
     for label, points in lines.items():
         xs, ys = zip(*points)
         if label == reference:
@@ -62,7 +62,7 @@ def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, tit
     ax.legend(fontsize="small")
     if note:
         fig.text(0.01, 0.01, note, fontsize=7.5, style="italic", wrap=True)
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
     else:
         fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,20 +71,19 @@ def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, tit
     return path
 
 
-def cluster_charts(rows: Sequence[Mapping], stem: Path, nodes: int, reference: str, note: str,
-                   names: Mapping[str, str] | None = None) -> list[Path]:
+def cluster_charts(rows: Sequence[Mapping], stem: Path, nodes: int, reference: str, subtitle: str,
+                   note: str, names: Mapping[str, str] | None = None) -> list[Path]:
     """<stem>-ops.png and <stem>-latency.png of a cluster sweep, titled as
-    the seed talks' charts; ``reference`` (ctdb) dashed black."""
+    the seed talks' charts, ``subtitle`` under the title; ``reference``
+    (ctdb) dashed black."""
     title = f"Samba cluster, n={nodes}, non-concurrent opens"
     common = {"reference": reference, "reference_label": f"{reference} (reference)", "note": note,
               "names": names, "log_y": True}
     return [
         line_chart(series(rows, "opens_per_second"), stem.with_name(stem.name + "-ops.png"),
-                   f"{title}\nsmb2.bench.path-contention-shared over every node (--unclist)",
-                   "opens/s (higher is better)", **common),
+                   f"{title}\n{subtitle}", "opens/s (higher is better)", **common),
         line_chart(series(rows, "open_latency_ms"), stem.with_name(stem.name + "-latency.png"),
-                   f"{title}, latency\nsmb2.bench.path-contention-shared over every node (--unclist)",
-                   "average open latency, ms (lower is better)", **common),
+                   f"{title}, latency\n{subtitle}", "average open latency, ms (lower is better)", **common),
     ]
 
 

@@ -64,8 +64,11 @@ CACHE_SUFFIX = "+cache"
 WARMUP_SECONDS = 2
 #: a cluster's start, warm-up and stop, for the progress bar's ETA
 SETUP_SECONDS = 25.0
+#: the charts' second title line
+SUBTITLE = "one host, {cpus} shared cores: read the ratios to ctdb, not the numbers"
 #: what the charts and the README say beside the numbers
-NOTE = ("One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
+NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unclist). "
+        "One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
         "{cpus} CPU cores over loopback, so absolute numbers mean little; compare each line with "
         "ctdb, measured in the same run (log scale: equal gaps are equal ratios).")
 
@@ -123,6 +126,13 @@ def cluster_adapters() -> list[str]:
     names = [name for name in landed_adapters(multi_process_only=True)
              if name not in NOT_BY_DEFAULT and _needs_server(name)]
     return sorted(names, key=lambda name: (name != "etcd", name))
+
+
+def left_out() -> dict[str, str]:
+    """Landed multi-process adapters ``auto`` does not take, and why."""
+    chosen = set(cluster_adapters())
+    return {name: NOT_BY_DEFAULT.get(name, "its data are files on one host: each node would have its own")
+            for name in landed_adapters(multi_process_only=True) if name not in chosen}
 
 
 def _with_cache(name: str) -> bool:
@@ -397,4 +407,5 @@ def charts(rows: Sequence[Mapping], stem: Path, results: Results) -> list[Path]:
     ctdb the reference, the note under the axes, stops in the legend."""
     from dbwrap_py.bench.charts import cluster_charts
 
-    return cluster_charts(rows, stem, NODES, CTDB, note(), legend_names(results))
+    subtitle = SUBTITLE.format(cpus=os.cpu_count())
+    return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(), legend_names(results))

@@ -38,6 +38,7 @@ def test_ctdb_comes_first_and_cache_variants_are_labelled():
 def test_options_reach_their_adapter_and_a_cache_option_makes_one_configuration():
     (ctdb, etcd, _) = configurations("etcd,rados", ["etcd:node_cache=yes", "rados:objects=1"])
     assert ctdb.adapter is None and ctdb.setup().adapter is None
+    assert ctdb.setup().node_local == ("smbXsrv_open_global.tdb",)  # the same on every line
     assert etcd.label == "etcd + node cache"
     assert etcd.options == {"node_cache": "yes"}
     setup = etcd.setup()
@@ -262,4 +263,5 @@ def test_charts_are_written_and_name_where_a_line_stops(tmp_path):
 def test_a_configuration_that_never_ran_has_no_rows():
     run = Results(points=[point(CTDB, 1, 1000)], not_started=[("etcd", 0, "why")])
     assert [r["backend"] for r in cluster.summary(run)] == [CTDB]
-    assert Configuration(None).describe() == {"label": CTDB, "volatile databases": "ctdb"}
+    assert Configuration(None).describe() == {"label": CTDB, "volatile databases": "ctdb",
+                                              "node_local": ["smbXsrv_open_global.tdb"]}

@@ -94,14 +94,14 @@ class Configuration:
         return f"{name} + node cache" + ("" if mode == WRITE_BACK else f" ({mode})")
 
     def setup(self) -> ClusterSetup:
-        if self.adapter is None:
-            return ClusterSetup(nodes=NODES)
+        if self.adapter is None:  # node-local opens here too: the same work on every line
+            return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local))
         return ClusterSetup(nodes=NODES, adapter=self.adapter, databases=LOCKING_DATABASES,
                             adapter_options=dict(self.options), node_local=tuple(self.node_local))
 
     def describe(self) -> dict:
         if self.adapter is None:
-            return {"label": self.label, "volatile databases": "ctdb"}
+            return {"label": self.label, "volatile databases": "ctdb", "node_local": list(self.node_local)}
         return {"label": self.label, "adapter": self.adapter, "options": dict(self.options),
                 "databases": list(LOCKING_DATABASES), "node_local": list(self.node_local)}
 
@@ -159,7 +159,7 @@ def configurations(text: str, pairs: Sequence[str],
     names = parse_names(text)
     bases = list(dict.fromkeys(name.removesuffix(CACHE_SUFFIX) for name in names))
     given = split_options(pairs, bases)
-    chosen = {CTDB: Configuration(None)}
+    chosen = {CTDB: Configuration(None, node_local=tuple(node_local))}
     for name in names:
         base = name.removesuffix(CACHE_SUFFIX)
         options = {**ADAPTER_DEFAULTS.get(base, {}), **given[base]}

@@ -49,7 +49,7 @@ RESULTS    := results
 .PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-scylla \
 	test-fresh test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados \
-	bench-cassandra soak-etcd clean
+	bench-cassandra bench-cluster soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
 
@@ -352,6 +352,16 @@ bench-fdb-model: all $(MICRO_BIN)
 		--json $(RESULTS)/bench-memory-fdb-model.json
 	$(VPY) -m dbwrap_py.cli bench micro --adapters fdb -o fdb:fdb_library=model --time 1 \
 		--json $(RESULTS)/bench-micro-fdb-model.json
+
+# A three-node Samba cluster on this host (ctdbd and smbd per node):
+# path-contention-shared with the clients spread over the nodes (--unclist),
+# 1 to 512 clients, ctdb against etcd, rados, cassandra and fdb (model), each
+# without and with the node cache; one cluster at a time, fresh each round,
+# two rounds in alternating order; ratios to ctdb per round. ~35 min here.
+bench-cluster: all
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench cluster --nprocs 1,2,4,8,16,32,64,128,256,512 --time 5 \
+		--rounds 2 --json $(RESULTS)/bench-cluster.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

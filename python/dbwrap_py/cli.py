@@ -20,6 +20,7 @@
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails
   dbwrap-py bench smb [--adapters A,...]   path-contention-shared sweep, every adapter against native tdb
+  dbwrap-py bench cluster [--adapters A,...]  path-contention-shared on a 3-node cluster, against ctdb
   dbwrap-py bench micro                    per-operation p50/p99 through the bridge, YCSB-style mixes
   dbwrap-py bench memory                   RSS and PSS per smbd client process, native against bridged
   dbwrap-py bench instructions             instructions per dbwrap call (callgrind), native against bridged
@@ -35,6 +36,7 @@ import codecs
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -471,12 +473,7 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
               + (f"; on native tdb still: {', '.join(local)}" if local else ""))
         with SweepProgress(len(backends), nprocs, args.rounds, args.time) as progress:
             def done(p: smb.Point) -> None:
-                store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(p.store_requests.items())
-                                if kind not in ("LeaseKeepAlive",))
-                progress.done(p.nprocs, f"  nprocs={p.nprocs:<4} {p.mode:<22} "
-                              f"{p.opens_per_second:8.0f} opens/s {p.open_latency_ms:8.2f} ms{store}"
-                              + ("" if p.ok else "  FAILED\n" + "\n".join(
-                                  f"      {line}" for line in p.failure_lines())))
+                progress.done(p.nprocs, smb.point_line(p))
 
             def skip(label: str, why: str) -> None:
                 skipped[label] = why
@@ -494,6 +491,46 @@ def _cmd_bench_smb(args: argparse.Namespace) -> int:
     pngs = charts.sweep_charts(rows, stem, args.time) if points else []
     print("results: " + ", ".join(str(p) for p in [out, stem.with_suffix(".csv"), *pngs]))
     return 0
+
+
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
+    from dbwrap_py.bench import cluster, smb
+    from dbwrap_py.bench.progress import SweepProgress
+    from dbwrap_py.errors import ConfigError
+    from dbwrap_py.samba import VOLATILE_DATABASES
+
+    nprocs = sorted({int(n) for n in args.nprocs.split(",") if n.strip()})
+    local = [db for db in args.node_local.split(",") if db]
+    unknown = sorted(set(local) - set(VOLATILE_DATABASES))
+    if unknown:
+        raise ConfigError(f"--node-local: {', '.join(unknown)} is not one of smbd's volatile databases")
+    configs = cluster.configurations(args.adapters, args.option, local)
+    print(f"{cluster.NODES}-node Samba cluster, path-contention-shared over every node, "
+          f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
+          + ", ".join(c.label for c in configs) + f"\n{cluster.note()}")
+    if args.adapters.strip() in ("", "auto", "all"):
+        print("not in auto: " + "; ".join(f"{name} ({why})" for name, why in cluster.left_out().items()))
+    began = time.monotonic()
+    with SweepProgress(len(configs), nprocs, args.rounds, args.time, "bench cluster",
+                       setup_seconds=cluster.SETUP_SECONDS) as progress:
+        def set_up(label: str, round_index: int, why: str) -> None:
+            progress.set_up()
+            if why:
+                progress.bar.write(f"  {label}, round {round_index + 1}: did not start: {why}")
+
+        events = cluster.Events(
+            start=progress.start, point=lambda p: progress.done(p.nprocs, smb.point_line(p, 26)),
+            skip=lambda label, n, why: progress.skip_point(n, f"  nprocs={n:<4} {label:<26} not run: {why}"),
+            set_up=set_up)
+        results = cluster.Sweep(configs, nprocs, args.time, args.rounds, events).run()
+    elapsed = time.monotonic() - began
+    rows = cluster.summary(results)
+    print("\n" + "\n".join(cluster.report_lines(rows, results)))
+    settings = {"nodes": cluster.NODES, "nprocs": nprocs, "seconds_per_point": args.time,
+                "rounds": args.rounds, "elapsed_seconds": round(elapsed)}
+    files = cluster.write_results(Path(args.json), results, rows, configs, settings)
+    print(f"took {elapsed / 60:.1f} min; results: " + ", ".join(map(str, files)))
+    return 130 if results.interrupted else 0
 
 
 def _cmd_bench_micro(args: argparse.Namespace) -> int:
@@ -715,6 +752,25 @@ def build_parser() -> argparse.ArgumentParser:
     smb.add_argument("--json", default="results/bench-smb.json",
                      help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     smb.set_defaults(fn=_cmd_bench_smb)
+    bench_cluster = bench_sub.add_parser(
+        "cluster", help="path-contention-shared on a 3-node Samba cluster, every adapter against ctdb")
+    bench_cluster.add_argument("--nprocs", default="1,2,4,8,16,32,64,128,256,512",
+                               help="comma list of client counts (spread over the nodes)")
+    bench_cluster.add_argument("--time", type=int, default=5, help="seconds per point")
+    bench_cluster.add_argument("--rounds", type=int, default=2,
+                               help="passes over every configuration; each starts its clusters afresh")
+    bench_cluster.add_argument("--adapters", "--adapter", default="auto",
+                               help="comma list; NAME+cache runs NAME with node_cache=yes; 'auto': every "
+                                    "adapter with a server, without and with the node cache. ctdb always "
+                                    "runs, as the reference")
+    bench_cluster.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
+                               help="adapter option (repeatable), e.g. etcd:node_cache=yes")
+    bench_cluster.add_argument("--node-local", default="smbXsrv_open_global.tdb", metavar="DB,DB",
+                               help="volatile databases each node keeps to itself with an adapter "
+                                    "(ctdb:DB = no; default as in the seed talks; '' for none)")
+    bench_cluster.add_argument("--json", default="results/bench-cluster.json",
+                               help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
+    bench_cluster.set_defaults(fn=_cmd_bench_cluster)
     micro = bench_sub.add_parser("micro", help="per-operation p50/p99 through the bridge, YCSB-style mixes")
     micro.add_argument("--ops", type=int, default=20000, help="at most this many operations per workload")
     micro.add_argument("--time", type=float, default=2.0, help="and at most this many seconds per workload")

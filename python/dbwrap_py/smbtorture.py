@@ -6,7 +6,9 @@
   subtest that fails only through the bridge is retried once on a fresh smbd
   (a timing flake passes then; a real regression fails again);
 * suite_table(): one suite's row of comparisons as a table;
-* path_contention(): smb2.bench.path-contention-shared, opens/s and closes/s.
+* path_contention(): smb2.bench.path-contention-shared, opens/s and closes/s;
+  path_contention_unclist(): the same over several smbds (a cluster's nodes),
+  smbtorture's clients spread over them by ``--unclist``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dbwrap_py.explain import explain
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
@@ -211,6 +214,8 @@ class Rates:
     close_latency: list[float] = field(default_factory=list)
     ok: bool = False
     output: str = ""
+    #: smbtorture ran past point_timeout() and was killed
+    timed_out: bool = False
     #: why the run failed (smbd's log, smbtorture's output); empty when ok
     cause: list[str] = field(default_factory=list)
 
@@ -237,24 +242,72 @@ def parse_rates(output: str) -> Rates:
     return rates
 
 
+BENCH = "smb2.bench.path-contention-shared"
+
+
+def point_timeout(nprocs: int, seconds: int) -> float:
+    """How long one point may take: the run, and smbtorture connecting its
+    clients one after the other first (slower the more there are)."""
+    return seconds + 120 + nprocs / 4
+
+
+def bench_options(nprocs: int, seconds: int) -> list[str]:
+    return [f"torture:timelimit={seconds}", f"torture:nprocs={nprocs}"]
+
+
 def path_contention(samba: ThrowawaySamba, nprocs: int, seconds: int) -> Rates:
     """smb2.bench.path-contention-shared against a running throwaway Samba;
     a failed or hung run comes back with its cause."""
-    command = torture_command(samba, "smb2.bench.path-contention-shared",
-                              f"torture:timelimit={seconds}", f"torture:nprocs={nprocs}")
-    log_start = samba.log_position()
-    timeout = seconds + 120
+    command = torture_command(samba, BENCH, *bench_options(nprocs, seconds))
+    return _measure(command, [samba], samba.root, point_timeout(nprocs, seconds))
+
+
+def unclist_command(sambas: Sequence[ThrowawaySamba], unclist: Path, test: str,
+                    *options: str) -> list[str]:
+    """smbtorture with its connections spread over ``sambas`` (one port for
+    all, as a cluster's nodes have); ``unclist`` names one share a line."""
+    first = sambas[0]
+    return ["smbtorture", first.unc, "-U", first.credentials, f"--unclist={unclist}",
+            f"--option=smb ports={first.port}", "--format=subunit",
+            *(f"--option={o}" for o in options), test]
+
+
+def write_unclist(sambas: Sequence[ThrowawaySamba], path: Path) -> Path:
+    ports = {samba.port for samba in sambas}
+    if len(ports) != 1:  # smbtorture takes one port for every share of the list
+        raise SambaError(f"--unclist needs one port for every smbd, not {sorted(ports)}")
+    path.write_text("".join(f"{samba.unc}\n" for samba in sambas))
+    return path
+
+
+def path_contention_unclist(sambas: Sequence[ThrowawaySamba], workdir: Path, nprocs: int,
+                            seconds: int) -> Rates:
+    """path-contention-shared with the clients spread over ``sambas`` (a
+    cluster's nodes, all sharing one folder); the cause of a failure comes
+    from every node's log. ``workdir`` gets the unclist file."""
+    unclist = write_unclist(sambas, workdir / "unclist")
+    command = unclist_command(sambas, unclist, BENCH, *bench_options(nprocs, seconds))
+    return _measure(command, sambas, workdir, point_timeout(nprocs, seconds))
+
+
+def _measure(command: list[str], sambas: Sequence[ThrowawaySamba], cwd: Path,
+             timeout: float) -> Rates:
+    starts = [samba.log_position() for samba in sambas]
+
+    def logs() -> str:
+        return "\n".join(samba.log_since(start) for samba, start in zip(sambas, starts))
+
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                cwd=samba.root)
+        # cwd: smbtorture leaves empty smbtorture* folders in its working directory
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         output = _text(exc.stdout) + _text(exc.stderr)
-        rates = Rates(output=output)
-        rates.cause = [f"smbtorture ran past {timeout}s"] + explain(output, samba.log_since(log_start))
+        rates = Rates(output=output, timed_out=True)
+        rates.cause = [f"smbtorture ran past {timeout:g}s"] + explain(output, logs())
         return rates
     rates = parse_rates(result.stdout + result.stderr)
     if not rates.ok:
-        rates.cause = explain(rates.output, samba.log_since(log_start))
+        rates.cause = explain(rates.output, logs())
     return rates
 
 

@@ -33,16 +33,20 @@ def _pyplot():
 
 
 def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, title: str,
-               ylabel: str, log_y: bool = False) -> Path:
-    """One line per backend against clients (log 2 scale); native dashed black."""
+               ylabel: str, log_y: bool = False, reference: str = NATIVE,
+               reference_label: str = NATIVE_LABEL, note: str = "",
+               names: Mapping[str, str] | None = None) -> Path:
+    """One line per backend against clients (log 2 scale); the reference
+    (native tdb) dashed black; ``note`` in small print under the axes;
+    ``names`` relabels lines in the legend."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    fig, ax = plt.subplots(figsize=(8, 5.6 if note else 5), dpi=110)
     for label, points in lines.items():
         xs, ys = zip(*points)
-        if label == NATIVE:
-            ax.plot(xs, ys, "k--", marker="s", linewidth=2, label=NATIVE_LABEL)
+        if label == reference:
+            ax.plot(xs, ys, "k--", marker="s", linewidth=2, label=reference_label)
         else:
-            ax.plot(xs, ys, marker="o", linewidth=1.8, label=label)
+            ax.plot(xs, ys, marker="o", linewidth=1.8, label=(names or {}).get(label, label))
     ticks = sorted({x for points in lines.values() for x, _ in points})
     ax.set_xscale("log", base=2)
     if ticks:
@@ -55,12 +59,32 @@ def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, tit
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.4)
-    ax.legend()
-    fig.tight_layout()
+    ax.legend(fontsize="small")
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7.5, style="italic", wrap=True)
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+    else:
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def cluster_charts(rows: Sequence[Mapping], stem: Path, nodes: int, reference: str, subtitle: str,
+                   note: str, names: Mapping[str, str] | None = None) -> list[Path]:
+    """<stem>-ops.png and <stem>-latency.png of a cluster sweep, titled as
+    the seed talks' charts, ``subtitle`` under the title; ``reference``
+    (ctdb) dashed black."""
+    title = f"Samba cluster, n={nodes}, non-concurrent opens"
+    common = {"reference": reference, "reference_label": f"{reference} (reference)", "note": note,
+              "names": names, "log_y": True}
+    return [
+        line_chart(series(rows, "opens_per_second"), stem.with_name(stem.name + "-ops.png"),
+                   f"{title}\n{subtitle}", "opens/s (higher is better)", **common),
+        line_chart(series(rows, "open_latency_ms"), stem.with_name(stem.name + "-latency.png"),
+                   f"{title}, latency\n{subtitle}", "average open latency, ms (lower is better)", **common),
+    ]
 
 
 def sweep_charts(rows: Sequence[Mapping], stem: Path, seconds: int) -> list[Path]:

@@ -30,13 +30,16 @@ def show_current(bar: tqdm, text: str) -> None:
 
 
 class SweepProgress:
-    """The SMB sweep's bar: points of ``rounds`` passes over ``nprocs`` per backend."""
+    """The SMB sweep's bar: points of ``rounds`` passes over ``nprocs`` per
+    backend, and ``setup_seconds`` per backend and round when each round
+    starts its backend afresh (a cluster)."""
 
     def __init__(self, backends: int, nprocs: list[int], rounds: int, seconds: float,
-                 what: str = "bench smb") -> None:
+                 what: str = "bench smb", setup_seconds: float = 0.0) -> None:
         self.seconds = seconds
+        self.setup_seconds = setup_seconds
         self.points_per_backend = len(nprocs) * rounds
-        self.weight_per_backend = rounds * sum(point_weight(n, seconds) for n in nprocs)
+        self.weight_per_backend = rounds * (setup_seconds + sum(point_weight(n, seconds) for n in nprocs))
         self.done_points = 0
         self.all_points = self.points_per_backend * backends
         self.bar = progress_bar(self.weight_per_backend * backends, what)
@@ -54,6 +57,16 @@ class SweepProgress:
     def done(self, nprocs: int, line: str) -> None:
         self.done_points += 1
         self.bar.update(point_weight(nprocs, self.seconds))
+        self.bar.write(line)
+
+    def set_up(self) -> None:
+        """A backend's set-up of one round is over (started or not)."""
+        self.bar.update(self.setup_seconds)
+
+    def skip_point(self, nprocs: int, line: str) -> None:
+        """One point that will not run: it leaves the total."""
+        self.bar.total -= point_weight(nprocs, self.seconds)
+        self.all_points -= 1
         self.bar.write(line)
 
     def skip(self, label: str, why: str) -> None:

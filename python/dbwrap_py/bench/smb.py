@@ -161,8 +161,17 @@ def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
             round_index: int, counters: Callable[[], dict[str, int]] = dict) -> Point:
     """One point; a failed or hung run gives a failed point with its cause.
     ``counters`` gives the backend's request counters before and after."""
+    point, _ = measure_with(lambda: path_contention(samba, nprocs, seconds), label, nprocs,
+                            round_index, counters)
+    return point
+
+
+def measure_with(run: Callable[[], Rates], label: str, nprocs: int, round_index: int,
+                 counters: Callable[[], dict[str, int]] = dict) -> tuple[Point, Rates]:
+    """The point of one smbtorture ``run`` (and its rates), with the
+    backend's requests per open+close from ``counters`` before and after."""
     before = counters()
-    rates = path_contention(samba, nprocs, seconds)
+    rates = run()
     after = counters()
     point = _point(label, nprocs, rates)
     point.round_index = round_index
@@ -170,7 +179,18 @@ def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
     if opens:
         point.store_requests = {kind: round((after[kind] - before.get(kind, 0)) / opens, 4)
                                 for kind in after if after[kind] != before.get(kind, 0)}
-    return point
+    return point, rates
+
+
+def point_line(point: Point, width: int = 22) -> str:
+    """A point as the sweeps print it: opens/s, latency, the backend's
+    requests per open; a failed one with its cause below."""
+    store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(point.store_requests.items())
+                    if kind not in ("LeaseKeepAlive",))
+    return (f"  nprocs={point.nprocs:<4} {point.mode:<{width}} {point.opens_per_second:8.0f} opens/s "
+            f"{point.open_latency_ms:8.2f} ms{store}"
+            + ("" if point.ok else "  FAILED\n" + "\n".join(
+                f"      {line}" for line in point.failure_lines())))
 
 
 def start_sambas(stack: ExitStack, backends: Sequence[Backend],
@@ -205,30 +225,30 @@ def sweep(backends: Sequence[Backend], nprocs: Sequence[int], seconds: int, roun
     return points
 
 
-def _ratios(points: Sequence[Point], label: str, nprocs: int) -> list[float]:
-    """label/native opens per round at nprocs: pairs measured back to back."""
+def _ratios(points: Sequence[Point], label: str, nprocs: int, reference: str = NATIVE) -> list[float]:
+    """label/reference opens per round at nprocs: pairs measured in the same round."""
     def by_round(mode: str) -> dict[int, float]:
         return {p.round_index: p.opens_per_second for p in points
                 if p.nprocs == nprocs and p.mode == mode and p.ok}
 
-    native, other = by_round(NATIVE), by_round(label)
-    return [other[r] / native[r] for r in sorted(other) if native.get(r)]
+    base, other = by_round(reference), by_round(label)
+    return [other[r] / base[r] for r in sorted(other) if base.get(r)]
 
 
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def sweep_summary(points: Sequence[Point]) -> list[dict]:
+def sweep_summary(points: Sequence[Point], reference: str = NATIVE) -> list[dict]:
     """One row per (nprocs, backend): medians over the rounds of opens/s,
-    closes/s and latencies, and the median of the per-round ratios to native
-    tdb. Failed points count as no sample."""
+    closes/s and latencies, and the median of the per-round ratios to
+    ``reference`` (native tdb). Failed points count as no sample."""
     rows = []
     labels = list(dict.fromkeys(p.mode for p in points))
     for n in sorted({p.nprocs for p in points}):
         for label in labels:
             mine = [p for p in points if p.nprocs == n and p.mode == label and p.ok]
-            ratios = _ratios(points, label, n)
+            ratios = _ratios(points, label, n, reference)
             rows.append({
                 "nprocs": n,
                 "backend": label,
@@ -249,21 +269,26 @@ def ratio_text(ratio: float) -> str:
     return f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.3f}"
 
 
-def _cell(row: Mapping | None) -> str:
-    if row is None or not row["samples"]:
+def _cell(row: Mapping | None, reference: str = NATIVE) -> str:
+    if row is None:
         return "failed"
-    if row["backend"] == NATIVE:
+    if not row["samples"]:
+        return row.get("missing") or "failed"
+    if row["backend"] == reference:
         return f"{row['opens_per_second']}"
     return f"{row['opens_per_second']} ({ratio_text(row['ratio'])})"
 
 
-def table_lines(rows: Sequence[Mapping]) -> list[str]:
-    """opens/s per nprocs and backend, with the ratio to native tdb in brackets."""
+def table_lines(rows: Sequence[Mapping], reference: str = NATIVE) -> list[str]:
+    """opens/s per nprocs and backend, with the ratio to ``reference``
+    (native tdb) in brackets; a row with no sample shows its ``missing``
+    (why it was not measured) or ``failed``."""
     labels = list(dict.fromkeys(r["backend"] for r in rows))
     by_key = {(r["nprocs"], r["backend"]): r for r in rows}
-    lines = [f"{'nprocs':>6} " + " ".join(f"{label:>20}" for label in labels)]
+    width = max([20, *(len(label) + 1 for label in labels)])
+    lines = [f"{'nprocs':>6} " + " ".join(f"{label:>{width}}" for label in labels)]
     for n in sorted({r["nprocs"] for r in rows}):
-        lines.append(f"{n:>6} " + " ".join(f"{_cell(by_key.get((n, label))):>20}"
+        lines.append(f"{n:>6} " + " ".join(f"{_cell(by_key.get((n, label)), reference):>{width}}"
                                            for label in labels))
     return lines
 

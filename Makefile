@@ -12,6 +12,22 @@ BUILD       := build
 MULTIARCH    = $(shell gcc -print-multiarch)
 SAMBA_LIBDIR = /usr/lib/$(MULTIARCH)/samba
 
+# The installed Samba's release, "4.17.12" of "Version 4.17.12-Debian".
+# smbd --version prints samba_version_string() of the very Samba the preload
+# is loaded into: the string the preload's guard compares at run time
+# (c_bridge/version_guard.c). dpkg-query's "2:4.17.12+dfsg-0+deb12u4" and
+# the private libraries' symbol version (SAMBA_4.17.12_DEBIAN_SAMBA4) are
+# Debian's own spellings of it, which other builds of Samba do not share.
+SAMBA_VERSION = $(shell PATH="$$PATH:/usr/sbin" smbd --version 2>/dev/null | \
+                  sed -n 's/^Version \([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+# 4.17.12 -> 41712, for #if in c_bridge/samba_abi.h
+SAMBA_VERSION_NUMBER = $(shell echo '$(SAMBA_VERSION)' | \
+                         awk -F. '{ printf "%d", $$1 * 10000 + $$2 * 100 + $$3 }')
+# Debian 13 renamed the private libraries (libdbwrap-samba4.so.0 became
+# libdbwrap-private-samba.so.0): link the one that is installed.
+SAMBA_DBWRAP_LIB = $(firstword $(wildcard $(SAMBA_LIBDIR)/libdbwrap-private-samba.so.0 \
+                                          $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0))
+
 PY_CFLAGS    = $(shell $(PYTHON)-config --includes)
 PY_LDFLAGS   = $(shell $(PYTHON)-config --embed --ldflags)
 SAMBA_CFLAGS = $(shell pkg-config --cflags talloc tdb)
@@ -19,7 +35,9 @@ SAMBA_LIBS   = $(shell pkg-config --libs talloc tdb)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
-           -fPIC -std=gnu11 $(SAMBA_CFLAGS)
+           -fPIC -std=gnu11 $(SAMBA_CFLAGS) \
+           -DDBWRAP_PY_SAMBA_VERSION='"$(SAMBA_VERSION)"' \
+           -DDBWRAP_PY_SAMBA_VERSION_NUMBER=$(SAMBA_VERSION_NUMBER)
 
 # The node cache's rules without Python (hidden in the bridge: no ABI).
 NODECACHE  := python/dbwrap_py/nodecache
@@ -38,6 +56,9 @@ BRIDGE_HDR := $(wildcard c_bridge/*.h)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 INPROC_LIB := $(BUILD)/libdbwrap_py_inproc.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
+PRELOAD_SRC := c_bridge/preload.c c_bridge/version_guard.c
+# What the build was made for; a change (an upgraded Samba) rebuilds it all.
+SAMBA_STAMP := $(BUILD)/samba-version
 TEST_BIN   := $(BUILD)/test_dbwrap
 
 CHECK_BIN  := $(BUILD)/dbwrap_check
@@ -76,7 +97,17 @@ $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 	$(VPY_SCYLLA) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
-$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) | deps
+# Rewritten only when the installed Samba's release or library name changes.
+$(SAMBA_STAMP): FORCE | deps
+	@mkdir -p $(BUILD)
+	@test -n "$(SAMBA_VERSION)" || { echo "smbd --version names no Samba release:" \
+		"install samba (scripts/install-deps.sh)" >&2; exit 1; }
+	@test -n "$(SAMBA_DBWRAP_LIB)" || { echo "no private dbwrap library" \
+		"(libdbwrap-private-samba.so.0 or libdbwrap-samba4.so.0) in $(SAMBA_LIBDIR)" >&2; exit 1; }
+	@echo "$(SAMBA_VERSION) $(notdir $(SAMBA_DBWRAP_LIB))" | cmp -s - $@ || \
+		echo "$(SAMBA_VERSION) $(notdir $(SAMBA_DBWRAP_LIB))" > $@
+
+$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -Ic_bridge -I$(NODECACHE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
 		$(BRIDGE_SRC) $(SAMBA_LIBS) -lz -ldl -lpthread
@@ -90,15 +121,28 @@ $(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
 		-ldl -lpthread
 
 # LD_PRELOAD this into smbd: it takes over db_open (from libsmbconf).
-$(PRELOAD_LIB): c_bridge/preload.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
-	$(CC) $(CFLAGS) -shared -o $@ c_bridge/preload.c -L$(BUILD) -ldbwrap_py \
-		-l:libsmbconf.so.0 $(SAMBA_LIBS) -ldl -Wl,-rpath,'$$ORIGIN'
+# $(1): the library, $(2): where it finds libdbwrap_py.so
+link_preload = $(CC) $(CFLAGS) -shared -o $(1) $(PRELOAD_SRC) -L$(BUILD) -ldbwrap_py \
+	-l:libsmbconf.so.0 $(SAMBA_LIBS) -ldl -Wl,-rpath,$(2)
+
+$(PRELOAD_LIB): $(PRELOAD_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
+	$(call link_preload,$@,'$$ORIGIN')
+
+# A preload built for another Samba release than the installed one, for the
+# version guard's test (tests/smb/test_version_guard.py); build/ is left alone:
+#   make preload-claiming CLAIMED_SAMBA_VERSION=4.22.11 CLAIMED_PRELOAD=DIR/libdbwrap_py_preload.so
+preload-claiming: SAMBA_VERSION = $(CLAIMED_SAMBA_VERSION)
+preload-claiming:
+	@test -n "$(CLAIMED_SAMBA_VERSION)" -a -n "$(CLAIMED_PRELOAD)" || { echo "set" \
+		"CLAIMED_SAMBA_VERSION and CLAIMED_PRELOAD" >&2; exit 1; }
+	@test -f $(BRIDGE_LIB) || { echo "$(BRIDGE_LIB) is missing: run make" >&2; exit 1; }
+	$(call link_preload,$(CLAIMED_PRELOAD),$(CURDIR)/$(BUILD))
 
 # Links Samba's real dbwrap front end (a private library) against the bridge.
 TEST_SRC := $(wildcard tests/c/*.c)
 $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $(TEST_SRC) \
-		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
@@ -106,7 +150,7 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_
 CHECK_SRC := $(wildcard conformance/*.c)
 $(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) -Ic_bridge -o $@ $(CHECK_SRC) \
-		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
@@ -119,13 +163,13 @@ $(CHECKER_BIN): $(CHECKER_SRC) | deps
 
 $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
-		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
 $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
-		-L$(BUILD) -ldbwrap_py $(SAMBA_LIBDIR)/libdbwrap-samba4.so.0 \
+		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
@@ -371,3 +415,5 @@ soak-etcd: all
 
 clean:
 	rm -rf $(BUILD)
+
+FORCE:

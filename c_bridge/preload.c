@@ -14,6 +14,13 @@
  *
  * A database routed to the bridge never falls back to tdb: if db_open_py
  * fails, db_open fails, with errno set and one line in the log.
+ *
+ * Built for one Samba release (DBWRAP_PY_SAMBA_VERSION, from the Makefile).
+ * In any other Samba it logs one line at the first db_open and the bridge is
+ * off: every database not routed to it is Samba's own, untouched, and one
+ * routed to it fails to open (ENOTSUP), so smbd stops with its own error
+ * rather than serve from a local tdb what smb.conf put elsewhere (on a
+ * cluster's shared store, a silent local locking.tdb would lose share modes).
  */
 
 #include <dlfcn.h>
@@ -24,6 +31,7 @@
 
 #include "dbwrap_py.h"
 #include "log.h"
+#include "version_guard.h"
 
 #define OPTION_PREFIX "dbwrap_py:"
 
@@ -201,6 +209,10 @@ static struct db_context *preload_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	struct db_context *db = NULL;
 	int err = ENOMEM;
 
+#if DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE
+	/* as native db_open does from 4.22.1 */
+	hash_size = lp_parm_int(-1, "tdb_hash_size", base, hash_size);
+#endif
 	if (conf != NULL && conf_parse(conf, base, false) &&
 	    conf_parse(conf, base, true)) {
 		dbwrap_py_configure(conf->venv, conf->pythonpath);
@@ -224,8 +236,16 @@ struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
 			   uint64_t dbwrap_flags)
 {
 	db_open_fn real_db_open;
+	bool bridge_on = dbwrap_py_samba_version_matches();
 
 	if (name != NULL && lp_parm_bool(-1, "dbwrap_py", db_basename(name), false)) {
+		if (!bridge_on) {
+			dbwrap_py_log(name, "open", "not opened: the bridge is "
+				      "off in this Samba (built for %s)",
+				      DBWRAP_PY_SAMBA_VERSION);
+			errno = ENOTSUP;
+			return NULL;
+		}
 		return preload_open_py(mem_ctx, name, hash_size, tdb_flags,
 				       open_flags, mode, lock_order, dbwrap_flags);
 	}

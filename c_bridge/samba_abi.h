@@ -1,13 +1,27 @@
 /*
  * The parts of Samba's ABI that dbwrap_py builds against.
  *
- * Written for Debian bookworm's Samba 4.17.12 (2:4.17.12+dfsg-0+deb12u4),
- * whose samba-dev ships no dbwrap headers; dbwrap lives in the private
- * library libdbwrap-samba4.so.0. The struct layouts below follow
- * lib/dbwrap/dbwrap_private.h of that release (unchanged through 4.24).
- * They are declared here, once, from the facts; no Samba code is copied.
+ * Samba's dev packages ship no dbwrap headers; dbwrap lives in a private
+ * library (Debian 12: libdbwrap-samba4.so.0, Debian 13:
+ * libdbwrap-private-samba.so.0). Everything below is declared here, once,
+ * from the facts; no Samba code is copied.
  *
- * If Samba changes these layouts, this is the only file to update.
+ * Checked against the tags samba-4.17.12 (Debian 12), samba-4.22.11
+ * (Debian 13), samba-4.23.11 and samba-4.24.0 of Samba's git:
+ * - lib/dbwrap/dbwrap_private.h (struct db_context, struct db_record) is the
+ *   same blob in all four (3ac5ebf9), so are source3/lib/dbwrap/dbwrap_open.h
+ *   (db_open) and lib/tdb/include/tdb.h; db_open_tdb, db_open_rbt,
+ *   enum dbwrap_lock_order, every dbwrap_* front-end function declared
+ *   below, lp_parm_bool/lp_parm_int/lp_dump, samba_version_string, nt_errstr
+ *   and the debug calls have the same prototypes. The layouts are identical.
+ * - What differs is behaviour: from 4.22.1 db_open() reads
+ *   "tdb_hash_size:<db>" (DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE below).
+ *   dbwrap_merge_dbufs() and g_lock_lock() changed signature in 4.18; the
+ *   bridge uses neither.
+ *
+ * The Makefile passes the installed Samba's release (DBWRAP_PY_SAMBA_VERSION,
+ * "4.17.12", and DBWRAP_PY_SAMBA_VERSION_NUMBER, 41712); what differs between
+ * releases is chosen from it here, never by editing this file.
  */
 
 #ifndef DBWRAP_PY_SAMBA_ABI_H
@@ -20,6 +34,16 @@
 #include <sys/types.h>
 #include <talloc.h>
 #include <tdb.h>
+
+#if !defined(DBWRAP_PY_SAMBA_VERSION) || !defined(DBWRAP_PY_SAMBA_VERSION_NUMBER)
+#error "build with make: it passes the installed Samba's version (DBWRAP_PY_SAMBA_VERSION)"
+#endif
+#if DBWRAP_PY_SAMBA_VERSION_NUMBER < 41712 || DBWRAP_PY_SAMBA_VERSION_NUMBER >= 42500
+#warning "samba_abi.h was not checked against this Samba: compare lib/dbwrap/dbwrap_private.h"
+#endif
+
+/* 4.22.1 (commit ae0a023845d): db_open() takes hash_size from "tdb_hash_size:<db>" */
+#define DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE (DBWRAP_PY_SAMBA_VERSION_NUMBER >= 42201)
 
 /*
  * NTSTATUS: Samba builds it as a one-member struct (HAVE_IMMEDIATE_STRUCTURES).
@@ -62,7 +86,7 @@ enum dbwrap_req_state;
 struct tevent_context;
 struct tevent_req;
 
-/* lib/dbwrap/dbwrap_private.h, Samba 4.17.12 */
+/* lib/dbwrap/dbwrap_private.h (the same from 4.17.12 to 4.24.0) */
 struct db_record {
 	struct db_context *db;
 	TDB_DATA key, value;
@@ -79,7 +103,7 @@ typedef void (*dbwrap_do_locked_fn)(struct db_record *rec, TDB_DATA value,
 				    void *private_data);
 typedef int (*dbwrap_traverse_fn)(struct db_record *rec, void *private_data);
 
-/* lib/dbwrap/dbwrap_private.h, Samba 4.17.12 */
+/* lib/dbwrap/dbwrap_private.h (the same from 4.17.12 to 4.24.0) */
 struct db_context {
 	struct db_record *(*fetch_locked)(struct db_context *db,
 					  TALLOC_CTX *mem_ctx,
@@ -121,8 +145,8 @@ struct db_context {
 /*
  * db_open() and the native backends' openers, same argument list
  * (source3/lib/dbwrap/dbwrap_open.h, lib/dbwrap/dbwrap_tdb.h).
- * db_open lives in libsmbconf.so.0, db_open_tdb/db_open_rbt in
- * libdbwrap-samba4.so.0.
+ * db_open lives in libsmbconf.so.0, db_open_tdb/db_open_rbt in the
+ * private dbwrap library.
  */
 struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
 			   int hash_size, int tdb_flags, int open_flags,
@@ -173,8 +197,16 @@ const char *dbwrap_name(struct db_context *db);
 
 /* loadparm, exported by libsmbconf.so.0 */
 bool lp_parm_bool(int snum, const char *type, const char *option, bool def);
+int lp_parm_int(int snum, const char *type, const char *option, int def);
 bool lp_use_mmap(void);
 void lp_dump(FILE *f, bool show_defaults, int maxtoprint); /* smb.conf syntax */
+
+/*
+ * "4.17.12-Debian", "4.22.11-Debian-4.22.11+dfsg-0+deb13u1": the running
+ * Samba's SAMBA_VERSION_STRING, from libsmbconf.so.0 (its SAMBA_VERSION
+ * subsystem, in 4.17 and 4.22 alike); smbd --version prints the same.
+ */
+const char *samba_version_string(void);
 
 /* libsamba-errors.so.1 */
 const char *nt_errstr(NTSTATUS nt_code);

@@ -30,7 +30,8 @@ packages="
 #                                    and the tdb adapter's C extension
 #   tdb-tools                        tdbdump, tdbtool: reading tdb files in tests
 #   samba                            smbd, smbstatus, pdbedit, sharesec, and Samba's
-#                                    private libraries (libdbwrap-samba4, libsmbconf)
+#                                    private libraries (libdbwrap-samba4, on Debian 13
+#                                    libdbwrap-private-samba; libsmbconf)
 #   samba-common-bin                 net, smbpasswd, testparm, dbwrap_tool
 #   samba-vfs-modules                acl_xattr and streams_xattr, on the test share
 #   samba-testsuite                  smbtorture

@@ -73,6 +73,8 @@ class SambaSetup:
     address: str = "127.0.0.1"
     #: the share's folder when others share it (a cluster's nodes); else one in the instance's
     share_path: Path | None = None
+    #: the preload library; None: build/'s, LD_PRELOADed only when something is bridged
+    preload: Path | None = None
 
 
 def free_port() -> int:
@@ -129,7 +131,9 @@ class ThrowawaySamba(StartStop):
     def env(self) -> dict[str, str]:
         """The environment for smbd and every Samba tool on this instance."""
         env = bridge_environment()
-        if self.setup.bridged:
+        if self.setup.preload is not None:
+            env["LD_PRELOAD"] = str(self.setup.preload)
+        elif self.setup.bridged:
             env["LD_PRELOAD"] = str(preload_library())
         return env
 

@@ -33,6 +33,9 @@ Release requests: table ``requests`` (PRIMARY KEY (node, db, k)), written
 ``USING TTL`` op_timeout with a nonce (a request made again is a new one);
 Cassandra has no watch, so the agent polls its node's partition every
 ``request_poll`` seconds (bench/cassandra_request_poll.py measures the cost).
+A traverse's request (``nodecache/sync.py``) is answered by a conditional
+delete and kept, while the asking node's lease lives, by an LWT on the nonce
+its poll read: a served request is never revived.
 
 Tokens: the database's generation (CLEAR_IF_FIRST wipes so far) above 40
 random bits, so every token from before the last wipe is at most
@@ -52,7 +55,7 @@ from typing import Any
 
 from dbwrap_py.adapters import _cassandra_client as cc
 from dbwrap_py.errors import LockConflict, Timeout
-from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.nodecache.layout import BUCKETS, bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 
 TOKEN_BITS = 40
@@ -61,6 +64,8 @@ REQUEST_POLL = 0.05
 #: Cassandra's TTLs are whole seconds and expire on a whole second: a lease
 #: may end up to this much before the time it was granted for
 TTL_GRANULARITY = 1
+#: buckets named in one ``bucket IN ?`` (Scylla refuses more than 100 by default)
+IN_BUCKETS = 100
 
 
 def wipe_revision(generation: int) -> int:
@@ -83,6 +88,11 @@ def holder(node: bytes, lease: int) -> str:
 def parse_holder(value: str | None) -> tuple[bytes, int]:
     node, _, lease = (value or "").rpartition(":")
     return node.encode(), int(lease or "0", 16)
+
+
+def request_ttl(op_timeout: float) -> int:
+    """A release request's TTL, whole seconds."""
+    return max(1, math.ceil(op_timeout))
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,13 @@ class _Cql:
         self.put = f"UPDATE {t} SET v = ? WHERE {pk}"
         self.ask = f"INSERT INTO {ks}.requests (node, db, k, asked) VALUES (?, ?, ?, ?) USING TTL ?"
         self.served = f"DELETE FROM {ks}.requests WHERE node = ? AND db = ? AND k = ?"
+        # a traverse's request (nodecache/sync.py): conditional, so a keep-alive never revives a served one
+        self.answered = f"DELETE FROM {ks}.requests WHERE node = ? AND db = ? AND k = ? IF EXISTS"
+        request = "node = ? AND db = ? AND k = ?"
+        self.waiting = f"SELECT asked, TTL(asked) AS remaining FROM {ks}.requests WHERE {request}"
+        self.keep = f"UPDATE {ks}.requests USING TTL ? SET asked = ? WHERE {request} IF asked = ?"
+        self.holders = f"SELECT held, holder, claim, claimer FROM {t} WHERE db = ? AND bucket IN ?"
+        self.leases = f"SELECT name, lease FROM {ks}.nodes"
         self.lease = f"SELECT lease FROM {ks}.nodes WHERE name = ?"
         self.generation = f"SELECT generation FROM {ks}.databases WHERE db = ?"
 
@@ -284,7 +301,29 @@ class CassandraOwnership(Ownership):
         # waiter asks again while it waits
         self.client.run("release request", self.cql.ask,
                         (owner.decode(), self.name, cc.stored_key(key), secrets.randbits(63),
-                         max(1, math.ceil(self.op_timeout))), idempotent=False)
+                         request_ttl(self.op_timeout)), idempotent=False)
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        """Whether the request stands. With half its TTL left and the
+        requester's lease live it is given the TTL again, nonce kept (the
+        agent sees no new request) and conditional on it, so one served
+        meanwhile (a conditional delete) stays gone."""
+        where = (owner.decode(), self.name, cc.stored_key(key))
+        rows = self.client.run("release request waiting", self.cql.waiting, where)
+        if not rows:
+            return False
+        ttl = request_ttl(self.op_timeout)
+        if rows[0].remaining is not None and rows[0].remaining * 2 <= ttl and self._leases_live({requester_lease}):
+            try:
+                self.client.lwt("release request kept", self.cql.keep, (ttl, rows[0].asked, *where, rows[0].asked))
+            except cc.OutcomeUnknown:
+                pass  # looked at again on the next poll
+        return True
+
+    def _leases_live(self, leases: set[int]) -> set[tuple[bytes, int]]:
+        """Which of ``leases`` are live, with their nodes (``nodes``: one row a node)."""
+        return {(row.name.encode(), row.lease) for row in self.client.run("node leases", self.cql.leases)
+                if row.lease in leases}
 
     def served(self, node: bytes, key: bytes) -> None:
         self.client.run("release request served", self.cql.served, (node.decode(), self.name, cc.stored_key(key)))
@@ -359,6 +398,22 @@ class CassandraOwnership(Ownership):
             return hold.node()[0]
         return None
 
+    def owners(self) -> frozenset[bytes]:
+        """The holders of record locks and claims in the database's bucket
+        partitions (a partition with a claim only still has its static row),
+        those whose leases are live."""
+        db = f"{self.name}:{self._current()}"
+        holders: set[tuple[bytes, int]] = set()
+        for first in range(0, BUCKETS, IN_BUCKETS):
+            buckets = list(range(first, min(first + IN_BUCKETS, BUCKETS)))
+            rows = self.client.pages("owners", self.cql.holders, (db, buckets))
+            holders.update(parse_holder(row.holder) for row in rows if row.held is not None)
+            holders.update(parse_holder(row.claimer) for row in rows if row.claim is not None)
+        if not holders:
+            return frozenset()
+        live = self._leases_live({lease for _, lease in holders})
+        return frozenset(node for node, lease in holders & live)
+
 
 class CassandraNodeStore(NodeStore):
     """The node agent's side: its lease in ``nodes``, its requests polled from ``requests``."""
@@ -429,7 +484,8 @@ class CassandraNodeStore(NodeStore):
             stop.wait(self.poll)
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
-        self.database(db_id).served(node, key)
+        self.client.lwt("traverse request answered", self.cql.answered,
+                        (node.decode(), db_id.decode(), cc.stored_key(key)))
 
     def database(self, db_id: bytes) -> CassandraOwnership:
         ownership = self._databases.get(db_id)

@@ -13,7 +13,10 @@ and beside every database (``<prefix>\\0\\0``; no database name is empty):
 * ``R<node>\\0<enc(db)><enc(key)>``: a release request to the node,
   ``expiry:8 nonce:8``; ``Q<node>``: its doorbell, an atomic add in the
   transaction that asks. The node's agent watches the doorbell (FoundationDB
-  watches one key, not a range) and reads the requests when it rings.
+  watches one key, not a range) and reads the requests when it rings. A
+  traverse's request (``nodecache/sync.py``) is kept by its polls
+  (``request_waiting``): its expiry follows the asking node's lease, its
+  nonce stays, so the agent does not take it for a new one.
 
 A node lease's expiry is a read version, as a record lock's: the cluster
 judges it, never a node's clock. A node owns what it holds while its lease
@@ -101,6 +104,16 @@ def lease_expiry(tr: Any, keys: NodeKeys, node: bytes, lease: int, snapshot: boo
         return 0
     current, expiry = _LEASE.unpack(raw)
     return expiry if current == lease else 0
+
+
+def requester_expiry(tr: Any, keys: NodeKeys, lease: int) -> int:
+    """The expiry read version of the node lease ``lease``, whichever node's
+    (a request does not say who asked; the cluster holds few leases), else 0."""
+    for kv in tr.snapshot.get_range(keys.lease(b""), fs.prefix_end(keys.lease(b""))):
+        current, expiry = _LEASE.unpack(bytes(kv.value))
+        if current == lease:
+            return expiry
+    return 0
 
 
 def _bury(tr: Any, keys: NodeKeys, node: bytes, lease: int) -> None:
@@ -321,6 +334,36 @@ class NodeOps:
 
         return self.store.run("node owner", body)
 
+    def owners(self) -> list[bytes]:
+        """Every node holding a record lock or bucket claim on a live lease: one transaction."""
+        keys = self.keys
+
+        def body(tr: Any, _: bool) -> list[bytes]:
+            version = tr.get_read_version().wait()
+            held = {_held(bytes(kv.value))[1:] for sub in (keys.locks, keys.claims)  # type: ignore[index]
+                    for kv in tr.snapshot.get_range(sub, fs.prefix_end(sub))}
+            return sorted({node for lease, node in held
+                           if lease_expiry(tr, keys, node, lease, snapshot=True) > version})
+
+        return self.store.run("node owners", body)
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        """Whether the request stands; while the requester's lease lives its
+        expiry moves with that lease's, so it cannot run out unserved."""
+        keys = self.keys
+
+        def body(tr: Any, _: bool) -> bool:
+            raw = fs.value_of(tr.get(keys.request(owner, key)))  # read: the agent's done() conflicts
+            if raw is None:
+                return False
+            expiry, nonce = _REQUEST.unpack(raw)
+            lease_expires = requester_expiry(tr, keys, requester_lease)
+            if lease_expires > expiry:  # the nonce stays: the agent sees no new request
+                tr.set(keys.request(owner, key), _REQUEST.pack(lease_expires, nonce))
+            return True
+
+        return self.store.run("release request waiting", body)
+
 
 class FdbOwnership(Ownership):
     """One database's ownership operations, through ``call(method, *args)``:
@@ -358,6 +401,12 @@ class FdbOwnership(Ownership):
 
     def owner(self, key: bytes) -> bytes | None:
         return self._call("owner", key)
+
+    def owners(self) -> frozenset[bytes]:
+        return frozenset(self._call("owners"))
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        return bool(self._call("request_waiting", key, owner, requester_lease))
 
 
 class FdbNodeStore(NodeStore):
@@ -423,16 +472,18 @@ class FdbNodeStore(NodeStore):
         (a watch on it, set in the transaction that read them)."""
         keys = self.shared.nodes
         begin = keys.requests(node)
-        seen: set[tuple[bytes, bytes]] = set()  # (request key, value): a request asked again is new
+        # (request key, nonce): a request asked again is new, one kept alive (request_waiting) is not
+        seen: set[tuple[bytes, int]] = set()
 
-        def body(tr: Any, _: bool) -> tuple[list[tuple[bytes, bytes]], Any]:
+        def body(tr: Any, _: bool) -> tuple[list[tuple[bytes, int]], Any]:
             version = tr.get_read_version().wait()
             found = []
             for kv in tr.get_range(begin, fs.prefix_end(begin)):
-                if _REQUEST.unpack(bytes(kv.value))[0] <= version:
+                expiry, nonce = _REQUEST.unpack(bytes(kv.value))
+                if expiry <= version:
                     tr.clear(bytes(kv.key))  # its requester stopped asking
                 else:
-                    found.append((bytes(kv.key), bytes(kv.value)))
+                    found.append((bytes(kv.key), nonce))
             return found, tr.watch(keys.doorbell(node))
 
         while not stop.is_set():

@@ -420,6 +420,28 @@ class Ops:
                 raise mapped(exc, what) from exc
             return [(name, value or b"") for name, value in values], io.get_last_version()
 
+    def pages_together(self, reads: list[tuple[str, str, str]], what: str) -> list[list[tuple[str, bytes]]]:
+        """page() of each (oid, after, prefix), the entries only, the ops
+        sent together: one round trip. A missing object's page is empty."""
+        self.ops += len(reads)
+        self.round_trips += 1
+        io = self.io
+        with contextlib.ExitStack() as stack:
+            ops = [stack.enter_context(rados.ReadOpCtx()) for _ in reads]
+            values = [io.get_omap_vals(op, after, prefix, OMAP_PAGE)[0]
+                      for op, (_, after, prefix) in zip(ops, reads)]
+            with translated(what):
+                sent = [io.operate_aio_read_op(op, oid) for op, (oid, _, _) in zip(ops, reads)]
+                for completion in sent:
+                    completion.wait_for_complete()
+            pages = []
+            for completion, page in zip(sent, values):
+                result = completion.get_return_value()
+                if result < 0 and result != -errno.ENOENT:
+                    raise failed(result, what)
+                pages.append([(name, value or b"") for name, value in page] if result == 0 else [])
+            return pages
+
     def notify(self, oid: str, msg: str, what: str, timeout_ms: int = 5000,
                answered: Callable[[int, list | None], None] | None = None) -> None:
         """Notify ``oid``'s watchers; ``answered(result, acks)`` when they

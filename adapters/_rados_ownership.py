@@ -355,6 +355,23 @@ class RadosOwnership(Ownership):
             return held.node
         return None
 
+    def owners(self) -> frozenset[bytes]:
+        """The holders of record locks (``n<key>``) and claims (``N<bb>``)
+        in every object, read together, whose leases are live (the OSD asked once per holder)."""
+        reads = [(f"{self.meta_oid}/{i}", "", prefix) for i in range(self.objects) for prefix in "nN"]
+        holders: set[tuple[bytes, int]] = set()
+        while reads:
+            pages = self.ops.pages_together(reads, "owners")
+            holders.update(parse_holder(value) for page in pages for _, value in page)
+            reads = [(oid, page[-1][0], prefix) for (oid, _, prefix), page in zip(reads, pages)
+                     if len(page) == rc.OMAP_PAGE]
+        return frozenset(node for node, lease in holders if self.leases.live(node, lease))
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        # requests here do not expire: gone is served
+        entry = request_entry(self.db_id, key)
+        return entry in self.ops.read(node_oid(self.prefix, owner), [entry], "release request waiting")
+
 
 def request_entry(db_id: bytes, key: bytes) -> str:
     return f"q{rc.encode_key(db_id)}/{rc.encode_key(key)}"

@@ -121,8 +121,14 @@ class NodeAgent:
         self._writer.publish(lease.id, sent + lease.ttl - self.margin)
         _log(f"node {self.node.decode()}, lease {lease.id:x}, ttl {lease.ttl:g} s, cache {self.cache_dir}")
 
+    def _interval(self, granted: float) -> float:
+        """Until the next keepalive: a third of the TTL, sooner where a grant
+        is for less (cassandra: a whole second less), so that what it
+        publishes (granted less the margin) never runs out between two."""
+        return max(0.05, min(self.ttl / 3, (granted - self.margin) / 2))
+
     def _keepalive(self) -> None:
-        interval = self.ttl / 3
+        interval = self._interval(self._current().ttl)
         while not self._released.wait(interval):  # through the drain too
             lease = self._current()
             sent = time.monotonic()
@@ -131,10 +137,11 @@ class NodeAgent:
                 if ttl > 0:
                     assert self._writer is not None
                     self._writer.publish(lease.id, sent + ttl - self.margin)
-                    interval = self.ttl / 3
+                    interval = self._interval(ttl)
                 elif not self._stopping.is_set():
                     _log(f"lease {lease.id:x} expired: the node's records are void; a new lease")
                     self._grant()
+                    interval = self._interval(self._current().ttl)
             except (DbwrapError, OSError) as exc:
                 _log(f"keepalive: {exc}")
                 interval = max(0.05, self.ttl / 10)  # sooner while the store is away

@@ -17,8 +17,9 @@ be taken for such a request; the mark is chosen so that none does.
 
 The wait is bounded (``node_cache_sync_timeout`` seconds): a dead or slow
 owner's records are seen as last written back, and one line on stderr says
-so. Cost: with no other node owning records of the database, one round trip
-(``owners``); else a request to each owner and a poll of each until it is
+so. Cost: with no other node owning records of the database, the question
+who owns (``owners``: one round trip on most stores, a few on rados and
+cassandra); else a request to each owner and a poll of each until it is
 served, and on the owner a round trip per record it owns (none when nothing
 changed since its last answer).
 """

@@ -251,8 +251,9 @@ test-conformance-proxy: all
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
 
-# Three-node Samba clusters (ctdb; etcd without and with the node cache; and
-# a broken one the checks must fail on): clients on different nodes (make test-full).
+# Three-node Samba clusters (ctdb; etcd, rados, cassandra and the fdb model,
+# each without and with the node cache; and a broken one the checks must
+# fail on): clients on different nodes (make test-full).
 test-cluster: all
 	$(VPY) -m pytest -q tests/cluster
 

@@ -24,6 +24,12 @@ CONFIGURATIONS = {
     "etcd": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                     adapter_options={"node_cache": "yes"}),
+    **{f"{name}{suffix}": ClusterSetup(adapter=adapter, databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                       adapter_options={**options, **cache})
+       for name, adapter, options in (("rados", "rados", {}), ("cassandra", "cassandra", {}),
+                                      # the model of FoundationDB: no FoundationDB can run here
+                                      ("fdb-model", "fdb", {"fdb_library": "model"}))
+       for suffix, cache in (("", {}), ("-node-cache", {"node_cache": "yes"}))},
 }
 #: (configuration, check) that do not pass yet, and why: strict, so a fix shows
 KNOWN_GAPS: dict[tuple[str, str], str] = {}

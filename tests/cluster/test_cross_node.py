@@ -1,7 +1,8 @@
 """Clients on different nodes of a three-node cluster see each other's
-share modes, byte-range locks, oplocks and opens: on ctdb, and on etcd
-without and with the node cache. A cluster whose nodes keep their locking
-databases to themselves must fail every one of the same checks."""
+share modes, byte-range locks, oplocks and opens: on ctdb, and on every
+adapter with a server here, without and with the node cache. A cluster
+whose nodes keep their locking databases to themselves must fail every one
+of the same checks."""
 
 from __future__ import annotations
 

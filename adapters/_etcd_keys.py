@@ -25,7 +25,6 @@ a lock key.
 
 from __future__ import annotations
 
-
 from dbwrap_py.nodecache.layout import bucket_of
 
 #: the lock key value of a node owning a record or bucket: node:<name>:<lease hex>

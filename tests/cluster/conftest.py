@@ -1,7 +1,10 @@
-"""Clusters for the cross-node tests, one per configuration and module.
+"""Clusters for the cross-node and node-death tests, one per configuration
+and module.
 
 Each starts three ctdbds and three smbds (about 10 s), and with an adapter
-its throwaway server and, with the node cache, a node agent per node.
+its throwaway server and, with the node cache, a node agent per node. A
+fixture's cluster must leave no process behind: its finalizer checks, by
+PID, that every process the cluster had before stop() is gone after it.
 """
 
 from __future__ import annotations
@@ -9,12 +12,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
+from dbwrap_py.cluster.processes import still_running
 from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterSetup, SambaCluster
 
-sys.path.insert(0, os.path.dirname(__file__))  # smb_client, cross_node
+sys.path.insert(0, os.path.dirname(__file__))  # smb_client, cross_node, node_death
+
+from node_death import Crash, node_one_dies  # noqa: E402  (found through the path above)
 
 NODE_LOCAL_OPENS = ("smbXsrv_open_global.tdb",)  # as in the seed talks
 
@@ -31,24 +38,65 @@ CONFIGURATIONS = {
                                       ("fdb-model", "fdb", {"fdb_library": "model"}))
        for suffix, cache in (("", {}), ("-node-cache", {"node_cache": "yes"}))},
 }
-#: (configuration, check) that do not pass yet, and why: strict, so a fix shows
-KNOWN_GAPS: dict[tuple[str, str], str] = {}
-
 #: broken on purpose: each node keeps its own share modes, byte-range locks and leases
 BROKEN = ClusterSetup(node_local=LOCKING_DATABASES)
+
+#: seconds: the node-death configurations' leases (etcd's lease_ttl, the node
+#: agents' --ttl), short so that a dead node's records are free in seconds
+LEASE = 2
+_SHORT = {"lease_ttl": str(LEASE)}
+#: the configurations whose node 1 dies (test_node_death.py)
+KILL_CONFIGURATIONS = {
+    "ctdb": ClusterSetup(),
+    "etcd": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                         adapter_options=_SHORT),
+    "etcd-node-cache": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                    adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=LEASE),
+    "etcd-write-through": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                       adapter_options={**_SHORT, "node_cache": "write-through"},
+                                       node_lease_ttl=LEASE),
+}
+#: broken on purpose: the node agents' lease is far longer than the LEASE
+#: the checks hold the configuration to, so a dead node's records stay its own
+LEASE_OUTLIVES_PROMISE = ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                      adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=60)
+
+
+@contextmanager
+def _running(setup: ClusterSetup) -> Iterator[SambaCluster]:
+    """The cluster of ``setup`` while the fixture lasts; then stopped, and
+    none of its processes left running."""
+    if os.geteuid() != 0:
+        pytest.skip("smbd and ctdbd need root")
+    with SambaCluster(setup) as running:
+        found = " ".join(running.processes().values())
+        assert "ctdbd" in found and "smbd" in found, f"the cluster's processes are not found: {found}"
+        yield running
+        processes = running.processes()
+    left = still_running(processes)
+    assert not left, f"the cluster's processes outlived its stop(): {left}"
 
 
 @pytest.fixture(scope="module", params=list(CONFIGURATIONS))
 def cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("smbd and ctdbd need root")
-    with SambaCluster(CONFIGURATIONS[request.param]) as running:
+    with _running(CONFIGURATIONS[request.param]) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def broken_cluster() -> Iterator[SambaCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("smbd and ctdbd need root")
-    with SambaCluster(BROKEN) as running:
+    with _running(BROKEN) as running:
         yield running
+
+
+@pytest.fixture(scope="module", params=list(KILL_CONFIGURATIONS))
+def crash(request: pytest.FixtureRequest) -> Iterator[Crash]:
+    """A cluster of its own whose node 1 has just died (node_death.py)."""
+    with _running(KILL_CONFIGURATIONS[request.param]) as running:
+        yield node_one_dies(running, LEASE)
+
+
+@pytest.fixture(scope="module")
+def crash_outliving_its_lease() -> Iterator[Crash]:
+    with _running(LEASE_OUTLIVES_PROMISE) as running:
+        yield node_one_dies(running, LEASE)

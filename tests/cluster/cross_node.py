@@ -32,30 +32,34 @@ def _client(cluster: SambaCluster, pnn: int) -> SmbClient:
     return smb_client(cluster.sambas[pnn].setup.address, cluster.port)  # type: ignore[return-value]
 
 
-def share_mode_conflict(cluster: SambaCluster) -> None:
-    """A deny-write open on node 1 makes opens for write on the others fail."""
+def share_mode_conflict(cluster: SambaCluster, holder: int = 0, others: tuple[int, ...] = (1, 2)) -> None:
+    """A deny-write open on node 1 (or the node of pnn ``holder``) makes opens
+    for write on the others fail."""
     name = _name("share-mode")
-    with _client(cluster, 0) as one, _client(cluster, 1) as two, _client(cluster, 2) as three:
+    with _client(cluster, holder) as one:
         held = one.open(name, WRITE, SHARE_READ)
-        for node, other in ((2, two), (3, three)):
-            status = status_of(lambda: other.open(name, WRITE, SHARE_ALL))
+        for pnn in others:
+            with _client(cluster, pnn) as other:
+                status = status_of(lambda: other.open(name, WRITE, SHARE_ALL))
             assert status == NT_STATUS_SHARING_VIOLATION, (
-                f"node {node} opened for write a file node 1 holds deny-write (0x{status:08x})")
+                f"node {pnn + 1} opened for write a file node {holder + 1} holds deny-write (0x{status:08x})")
         held.close()
-        two.open(name, WRITE, SHARE_ALL).close()  # free once node 1 closed it
+        with _client(cluster, others[0]) as other:
+            other.open(name, WRITE, SHARE_ALL).close()  # free once the holder closed it
 
 
-def byte_range_conflict(cluster: SambaCluster) -> None:
-    """A byte-range lock on node 1 blocks a conflicting one on node 2."""
+def byte_range_conflict(cluster: SambaCluster, holder: int = 0, other: int = 1) -> None:
+    """A byte-range lock on node 1 blocks a conflicting one on node 2 (or on
+    the nodes of pnn ``holder`` and ``other``)."""
     name = _name("brlock")
-    with _client(cluster, 0) as one, _client(cluster, 1) as two:
+    with _client(cluster, holder) as one, _client(cluster, other) as two:
         mine, theirs = one.open(name, WRITE, SHARE_ALL), two.open(name, WRITE, SHARE_ALL)
         one.lock(mine, 0, 100)
         status = status_of(lambda: two.lock(theirs, 50, 100))
         assert status == NT_STATUS_LOCK_NOT_GRANTED, (
-            f"node 2 locked bytes 50-149 while node 1 holds 0-99 (0x{status:08x})")
+            f"node {other + 1} locked bytes 50-149 while node {holder + 1} holds 0-99 (0x{status:08x})")
         one.lock(mine, 0, 100, unlock=True)
-        two.lock(theirs, 50, 100)  # free once node 1 unlocked
+        two.lock(theirs, 50, 100)  # free once the holder unlocked
         mine.close()
         theirs.close()
 

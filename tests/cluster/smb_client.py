@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from smbprotocol.connection import Connection
+from smbprotocol.create_contexts import SMB2CreateDurableHandleRequest, SMB2CreateDurableHandleResponse
 from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.open import (CreateDisposition, CreateOptions, FileAttributes, FilePipePrinterAccessMask,
                               ImpersonationLevel, LockFlags, Open, RequestedOplockLevel, ShareAccess,
@@ -33,6 +34,8 @@ WRITE = READ | FilePipePrinterAccessMask.FILE_WRITE_DATA
 SHARE_READ = ShareAccess.FILE_SHARE_READ
 SHARE_ALL = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
 OPLOCK_II = RequestedOplockLevel.SMB2_OPLOCK_LEVEL_II
+#: a durable handle (SMB2_CREATE_DURABLE_HANDLE_REQUEST) needs a batch oplock (or a handle lease)
+OPLOCK_BATCH = RequestedOplockLevel.SMB2_OPLOCK_LEVEL_BATCH
 
 SMB2_OPLOCK_BREAK = 0x12
 UNSOLICITED = 0xFFFFFFFFFFFFFFFF
@@ -59,11 +62,15 @@ class SmbClient:
         self.tree = TreeConnect(self.session, rf"\\{address}\{SHARE}")
         self.tree.connect()
 
-    def open(self, name: str, access: int, share: int, oplock: int = 0) -> Open:
+    def open(self, name: str, access: int, share: int, oplock: int = 0, durable: bool = False) -> Open:
+        """``durable``: ask for a durable handle; ``handle.durable`` says if
+        the server granted it (its create response carries the context)."""
         handle = Open(self.tree, name)
-        handle.create(ImpersonationLevel.Impersonation, access, FileAttributes.FILE_ATTRIBUTE_NORMAL,
-                      share, CreateDisposition.FILE_OPEN_IF, CreateOptions.FILE_NON_DIRECTORY_FILE,
-                      oplock_level=oplock or RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE)
+        replies = handle.create(ImpersonationLevel.Impersonation, access, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                                share, CreateDisposition.FILE_OPEN_IF, CreateOptions.FILE_NON_DIRECTORY_FILE,
+                                oplock_level=oplock or RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE,
+                                create_contexts=[SMB2CreateDurableHandleRequest()] if durable else None)
+        handle.durable = any(isinstance(reply, SMB2CreateDurableHandleResponse) for reply in replies or ())
         return handle
 
     @staticmethod
@@ -78,6 +85,10 @@ class SmbClient:
 
     def close(self) -> None:
         self.connection.disconnect(True)
+
+    def abandon(self) -> None:
+        """Drop the connection without a word to the server (it is dead)."""
+        self.connection.disconnect(False)
 
 
 @contextmanager

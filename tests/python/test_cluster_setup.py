@@ -1,17 +1,23 @@
 """The cluster's own rules that need no running cluster: reading ctdb
-status, choosing the nodes' addresses, and refusing a half configuration.
-(tests/cluster runs real clusters.)"""
+status, choosing the nodes' addresses, refusing a half configuration, and
+finding a cluster's processes. (tests/cluster runs real clusters.)"""
 
+import os
+import signal
 import socket
+import subprocess
+import time
 
 import pytest
 
 from dbwrap_py.adapter import DatabaseSpec
 from dbwrap_py.cluster.ctdb import CTDB_PORT, free_addresses, node_states
+from dbwrap_py.cluster.processes import in_sessions, session_leading_children, still_running
 from dbwrap_py.cluster.samba_cluster import ClusterError, ClusterSetup, SambaCluster
 from dbwrap_py.database import named_by_file
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.options import Options
+from dbwrap_py.servers import stop_process_group
 
 STATUS = """Number of nodes:3
 pnn:0 127.0.0.1        OK (THIS NODE)
@@ -54,3 +60,33 @@ def test_cluster_name_file_names_a_database_by_its_file_alone():
     assert named_by_file(Options({"cluster_name": "file"})) and not named_by_file(Options({}))
     with pytest.raises(ConfigError):
         named_by_file(Options({"cluster_name": "host"}))
+
+
+def _until(condition, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+def test_a_servers_session_is_found_whole_and_seen_gone_by_pid():
+    """What SambaCluster.processes and kill_node rely on: a server started in
+    a session of its own, and what it forked, are found by the session, and
+    are seen gone after a SIGKILL to the group (the orphan too, once reaped)."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 61 & exec sleep 62"], start_new_session=True)
+    try:
+        members = _until(lambda: len(in_sessions({leader.pid})) == 2 and in_sessions({leader.pid}))
+        assert members and sorted(members.values()) == ["sleep 61", "sleep 62"], members
+        assert leader.pid in session_leading_children()
+        assert still_running(members) == members
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+        assert _until(lambda: not still_running(members)), still_running(members)
+    finally:
+        stop_process_group(leader, signal.SIGKILL)
+
+
+def test_a_reused_pid_is_not_the_process_that_had_it():
+    me = in_sessions({os.getsid(0)})[os.getpid()]
+    assert still_running({os.getpid(): me}) == {os.getpid(): me}
+    assert still_running({os.getpid(): "ctdbd -i"}) == {}

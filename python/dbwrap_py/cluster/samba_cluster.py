@@ -25,6 +25,7 @@ node agents and the backend's throwaway server by their own.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
+from dbwrap_py.cluster.processes import in_sessions, session_leading_children
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 from dbwrap_py.registry import find_adapter
@@ -60,6 +62,9 @@ class ClusterSetup:
     adapter_options: Mapping[str, str] = field(default_factory=dict)
     #: databases each node keeps in a plain tdb of its own (ctdb:<db> = no)
     node_local: Sequence[str] = ()
+    #: with node_cache, the node agents' lease (seconds; their --ttl): how long
+    #: a dead node's records stay its own. None: the agent's default
+    node_lease_ttl: float | None = None
     extra_global: Mapping[str, str] = field(default_factory=dict)
     log_level: int = 1
 
@@ -95,6 +100,8 @@ class SambaCluster(StartStop):
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
         self.backend_options: dict[str, str] = {}
         self._stack = contextlib.ExitStack()
+        #: the sessions of every server start() began (see processes.py)
+        self._sessions: set[int] = set()
 
     @property
     def uncs(self) -> list[str]:
@@ -105,6 +112,13 @@ class SambaCluster(StartStop):
         return self.sambas[0].port
 
     def start(self) -> None:
+        before = session_leading_children()
+        try:
+            self._start()
+        finally:  # a start that failed part-way is stopped, and checked, too
+            self._sessions |= session_leading_children() - before
+
+    def _start(self) -> None:
         self.root.chmod(0o755)  # the test user must reach the share inside
         self.share_path.mkdir(mode=0o777, exist_ok=True)
         self.share_path.chmod(0o777)
@@ -126,12 +140,37 @@ class SambaCluster(StartStop):
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def kill_node(self, pnn: int) -> None:
-        """A node's crash: SIGKILL to its smbd, its ctdbd and its node agent."""
-        self.sambas[pnn].kill()
+    def processes(self) -> dict[int, str]:
+        """Every live process of the cluster (PID: command line): its servers
+        and whatever they forked; nothing once stop() returned."""
+        return in_sessions(self._sessions)
+
+    def node_processes(self, pnn: int) -> dict[int, str]:
+        """The live processes of one node: its smbd, ctdbd and node agent,
+        and whatever they forked."""
+        return in_sessions(self._node_leaders(pnn))
+
+    def kill_node(self, pnn: int) -> dict[int, str]:
+        """A node's crash: SIGKILL to its smbd, its ctdbd and its node agent,
+        each with whatever it forked, all at once (one after another, the
+        node would die over seconds: a killed process group takes a second
+        or two to be gone here). Returns the processes the node had, for a
+        caller to see them gone (processes.still_running)."""
+        had = self.node_processes(pnn)
+        for leader in self._node_leaders(pnn):  # each leads its process group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(leader, signal.SIGKILL)
+        self.sambas[pnn].kill()  # each waits until its group is gone, and reaps
         self.ctdb.nodes[pnn].stop(signal.SIGKILL)
         if self.agents:
             self.agents[pnn].stop(signal.SIGKILL)  # type: ignore[attr-defined]
+        return had
+
+    def _node_leaders(self, pnn: int) -> set[int]:
+        ctdbd = self.ctdb.nodes[pnn].process
+        agent = self.agents[pnn].pid if self.agents else None  # type: ignore[attr-defined]
+        leaders = (self.sambas[pnn].pid, ctdbd.pid if ctdbd is not None else None, agent)
+        return {pid for pid in leaders if pid is not None}
 
     # -- pieces ---------------------------------------------------------------
 
@@ -152,7 +191,7 @@ class SambaCluster(StartStop):
                 agent_options = {k: v for k, v in reach.items() if k in cls.option_names}
                 for node in self.ctdb.nodes:
                     agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
-                                             node=f"node{node.pnn}")
+                                             node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl)
                     self.agents.append(stack.enter_context(agent))
             yield reach
 

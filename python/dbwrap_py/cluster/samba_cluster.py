@@ -132,8 +132,9 @@ class SambaCluster(StartStop):
             samba.start()
 
     def stop(self) -> None:
-        """smbd first (it needs ctdbd to wind down), then the agents, ctdbd
-        and the backend; then the folder."""
+        """smbd first (it needs ctdbd to wind down), then the node agents,
+        the backend's server and ctdbd (the reverse of their start); then
+        the folder."""
         for samba in self.sambas:
             samba.stop()
         self._stack.close()

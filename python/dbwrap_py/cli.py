@@ -766,8 +766,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
                                help="adapter option (repeatable), e.g. etcd:node_cache=yes")
     bench_cluster.add_argument("--node-local", default="smbXsrv_open_global.tdb", metavar="DB,DB",
-                               help="volatile databases each node keeps to itself with an adapter "
-                                    "(ctdb:DB = no; default as in the seed talks; '' for none)")
+                               help="volatile databases each node keeps to itself, on every line, ctdb's "
+                                    "too (ctdb:DB = no; default as in the seed talks; '' for none)")
     bench_cluster.add_argument("--json", default="results/bench-cluster.json",
                                help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     bench_cluster.set_defaults(fn=_cmd_bench_cluster)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,33 +21,13 @@ from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Ownership
 
-from test_node_cache import (TTL, cassandra_backend, etcd_backend, fdb_backend, open_on, put, rados_backend,
-                             sqlite_leased_backend)
+# the same backends (one server per module) and two node agents as there
+from test_node_cache import TTL, backend, fdb_backend, name, nodes, open_on, put  # noqa: F401  (fixtures)
 
-BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "fdb": fdb_backend,
-            "rados": rados_backend, "cassandra": cassandra_backend}
 #: what Ownership.owners costs, where it is not one round trip: rados reads
 #: the objects' entries together, then asks the OSD about the holder's lease;
 #: cassandra reads the bucket partitions 100 at a time (256 buckets), then ``nodes``
 OWNERS_ROUND_TRIPS = {"rados": 2, "cassandra": 4}
-
-
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
-def backend(request):
-    with BACKENDS[request.param]() as backend:
-        yield backend
-
-
-@pytest.fixture
-def nodes(backend, tmp_path) -> Iterator[tuple[NodeAgentProcess, NodeAgentProcess]]:
-    with NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-a", node="a", ttl=TTL) as a, \
-            NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-b", node="b", ttl=TTL) as b:
-        yield a, b
-
-
-@pytest.fixture
-def name(tmp_path) -> str:
-    return str(tmp_path / "locking.tdb")
 
 
 def delete(db, key: bytes) -> None:

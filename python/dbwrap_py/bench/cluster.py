@@ -35,7 +35,8 @@ from pathlib import Path
 
 from dbwrap_py.bench.limits import MEMORY, MemoryGuard, MemoryWatch, Stop, failure, mem_available_kib, \
     mem_total_kib, read_meminfo
-from dbwrap_py.bench.smb import Point, measure_with, ratio_text, sweep_summary, table_lines, write_csv
+from dbwrap_py.bench.smb import Point, grid_lines, measure_with, ratio_text, sweep_summary, table_lines, \
+    write_csv
 from dbwrap_py.bench.targets import display_name, landed_adapters, split_options
 from dbwrap_py.cluster.ctdb import CtdbError
 from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterError, ClusterSetup, SambaCluster
@@ -337,13 +338,7 @@ def ratio_table_lines(rows: Sequence[Mapping]) -> list[str]:
     """Each configuration's opens/s over ctdb's at each client count, the
     median over rounds (and the rounds' range)."""
     labels = [label for label in dict.fromkeys(r["backend"] for r in rows) if label != CTDB]
-    by_key = {(r["nprocs"], r["backend"]): r for r in rows}
-    width = max([18, *(len(label) + 1 for label in labels)])
-    lines = [f"{'nprocs':>6} " + " ".join(f"{label:>{width}}" for label in labels)]
-    for n in sorted({r["nprocs"] for r in rows}):
-        lines.append(f"{n:>6} " + " ".join(f"{_ratio_cell(by_key.get((n, label))):>{width}}"
-                                           for label in labels))
-    return lines
+    return grid_lines(rows, labels, _ratio_cell, min_width=18)
 
 
 def report_lines(rows: Sequence[Mapping], results: Results) -> list[str]:

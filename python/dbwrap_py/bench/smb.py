@@ -284,12 +284,18 @@ def table_lines(rows: Sequence[Mapping], reference: str = NATIVE) -> list[str]:
     (native tdb) in brackets; a row with no sample shows its ``missing``
     (why it was not measured) or ``failed``."""
     labels = list(dict.fromkeys(r["backend"] for r in rows))
+    return grid_lines(rows, labels, lambda row: _cell(row, reference), min_width=20)
+
+
+def grid_lines(rows: Sequence[Mapping], labels: Sequence[str], cell: Callable[[Mapping | None], str],
+               min_width: int) -> list[str]:
+    """A row per client count, a column per label: ``cell`` of the summary
+    row of that count and label (None where there is none)."""
     by_key = {(r["nprocs"], r["backend"]): r for r in rows}
-    width = max([20, *(len(label) + 1 for label in labels)])
+    width = max([min_width, *(len(label) + 1 for label in labels)])
     lines = [f"{'nprocs':>6} " + " ".join(f"{label:>{width}}" for label in labels)]
     for n in sorted({r["nprocs"] for r in rows}):
-        lines.append(f"{n:>6} " + " ".join(f"{_cell(by_key.get((n, label)), reference):>{width}}"
-                                           for label in labels))
+        lines.append(f"{n:>6} " + " ".join(f"{cell(by_key.get((n, label))):>{width}}" for label in labels))
     return lines
 
 

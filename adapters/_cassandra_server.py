@@ -8,7 +8,7 @@
         cassandra.start_node(1)   # same data directory
 
 What it runs: Cassandra 5.0.8's CassandraDaemon straight from its jars, on
-the JDK (17) on PATH, as children of this process, so their PIDs are ours
+the JDK (17; on Debian 13, 21) on PATH, as children of this process, so their PIDs are ours
 to signal and every node dies with the process that started it
 (PR_SET_PDEATHSIG). The jars come from Maven Central once, by Maven, into
 ``$XDG_CACHE_HOME/dbwrap_py/cassandra-5.0.8/lib`` (default ``~/.cache``):
@@ -123,6 +123,10 @@ def cache_dir() -> Path:
     return Path(base) / "dbwrap_py" / f"cassandra-{VERSION}"
 
 
+#: Debian's JDK package for Cassandra 5.0 (Debian 13 has no 17; 21 runs it).
+_JDK_PACKAGE = "openjdk-17-jre-headless (Debian 13: openjdk-21-jre-headless)"
+
+
 def _binary(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -217,6 +221,8 @@ _JVM_MODULE_FLAGS = """\
 #: killed node still keeps what it acknowledged: the kernel has it), no
 #: waits for gossip to settle, a 1 s ring delay (30 s by default) and the
 #: default superuser at once; foreground keeps stdout open after startup.
+#: Cassandra installs a SecurityManager (for user functions), which JDK 18
+#: and later refuse unless allowed: Debian 13 has JDK 21 and no 17.
 #: Not cassandra.unsafesystem, which saved 0.5 s of start: it leaves schema
 #: changes unflushed, and a node SIGKILLed and started again had lost them
 #: (its keyspaces gone, even one made a minute before the kill).
@@ -227,6 +233,7 @@ _JVM_TEST_FLAGS = """\
 -Dcassandra.ring_delay_ms=1000
 -Dcassandra.superuser_setup_delay_ms=0
 -Dcassandra.skip_sync=true
+-Djava.security.manager=allow
 """
 
 
@@ -403,7 +410,7 @@ class CassandraCluster:
 
     def start(self) -> None:
         """Start every node, one after another; return once the cluster is ready (see the module's docstring)."""
-        _binary("java", "openjdk-17-jre-headless")
+        _binary("java", _JDK_PACKAGE)
         if self.nodes > 1 or self.auth != "none":
             _import_driver()  # before minutes of download and start, not after
         self._lib = jars()
@@ -550,7 +557,7 @@ class CassandraCluster:
 
     def _spawn(self, node: _Node) -> None:
         assert self._lib is not None
-        java = _binary("java", "openjdk-17-jre-headless")
+        java = _binary("java", _JDK_PACKAGE)
         argv = [
             java, f"@{node.conf / 'jvm.options'}",
             f"-Dcassandra.config={(node.conf / 'cassandra.yaml').as_uri()}",

@@ -169,6 +169,13 @@ def translated(what: str) -> Iterator[None]:
 # -- the per-process client ----------------------------------------------------------
 
 
+#: The client's timeouts, in whole seconds (from op_timeout).
+_TIMEOUT_SETTINGS = ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout")
+#: A client needs neither its own log file nor an admin socket.
+_QUIET_SETTINGS = {"log_file": "", "admin_socket": "", "log_to_stderr": "false", "err_to_stderr": "false"}
+_OWN_SETTINGS = frozenset(_TIMEOUT_SETTINGS) | frozenset(_QUIET_SETTINGS) | {"mon_host", "key"}
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """What identifies a cluster connection; one client per process per config.
@@ -200,11 +207,8 @@ class ClientConfig:
                 settings["key"] = key
         settings.pop("keyring", None)
         seconds = str(max(1, math.ceil(op_timeout)))  # Ceph takes whole seconds here (0.5 is EINVAL)
-        settings.update({"rados_osd_op_timeout": seconds,
-                         "rados_mon_op_timeout": seconds,
-                         "client_mount_timeout": seconds,
-                         "log_file": "", "admin_socket": "", "log_to_stderr": "false",
-                         "err_to_stderr": "false"})
+        settings.update({name: seconds for name in _TIMEOUT_SETTINGS})
+        settings.update(_QUIET_SETTINGS)
         return cls(tuple(sorted(settings.items())), options.get("user", ""),
                    options.get("pool", "dbwrap_py") or "dbwrap_py")
 
@@ -229,12 +233,25 @@ class ClientConfig:
             raise made["error"]  # type: ignore[misc]
         return made["client"]  # type: ignore[return-value]
 
+    def _apply_settings(self, client: rados.Rados) -> None:
+        """The settings, each set on its own. A ceph.conf option this librados
+        does not know (a conf written for another Ceph release, such as
+        ``mon cluster log file level``, gone in Ceph 18) is skipped, as Ceph
+        skips it in a conf file; the ones this adapter sets itself must take."""
+        for name, value in self.settings:
+            try:
+                client.conf_set(name, value)
+            except rados.ObjectNotFound:
+                if name in _OWN_SETTINGS:
+                    raise
+
     def _connect(self) -> rados.Rados:
-        kwargs: dict[str, object] = {"conffile": rados.Rados.NO_CONF_FILE, "conf": dict(self.settings)}
+        kwargs: dict[str, object] = {"conffile": rados.Rados.NO_CONF_FILE}
         if self.user:
             kwargs["rados_id"] = self.user
         try:
             client = rados.Rados(**kwargs)
+            self._apply_settings(client)
         except rados.Error as exc:
             raise mapped(exc, "set up the cluster client") from exc
         try:

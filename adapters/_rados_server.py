@@ -155,6 +155,16 @@ def _import_rados() -> Any:
     return rados
 
 
+def _class_dir() -> str:
+    """Where the OSDs' object classes are (cls_lock: the adapter's record
+    locks). Named in the conf, since Debian 13's Ceph 18 looks for them in a
+    relative path by default ("could not stat class lib/.../libcls_lock.so")."""
+    for candidate in sorted(Path("/usr/lib").glob("*/rados-classes")) + [Path("/usr/lib/rados-classes")]:
+        if (candidate / "libcls_lock.so").exists():
+            return str(candidate)
+    raise CephError("no libcls_lock.so in /usr/lib/*/rados-classes (Debian: apt-get install ceph-osd)")
+
+
 def _auth_text(auth: str) -> str:
     """The [global] auth settings; with cephx every daemon and client must authenticate."""
     if auth == "none":
@@ -206,12 +216,15 @@ log file = {root}/log/$name.log
 # the mon's cluster log goes to /var/log/ceph otherwise
 mon cluster log file = {root}/log/cluster.log
 # not every mon command (audit DBG lines), so a log tail shows what happened
+# (the first name is Ceph 16's, the second Ceph 18's; each ignores the other)
 mon cluster log file level = info
+mon cluster log level = info
 crash dir = {root}/crash
 keyring = {root}/keyring
 mon data = {root}/mon/$cluster-$id
 osd data = {root}/osd/$cluster-$id
 osd objectstore = memstore
+osd class dir = {_class_dir()}
 memstore device bytes = {MEMSTORE_BYTES}
 # SIGTERM unmounts the store, which is when memstore writes its objects to
 # disk (the fast default exits without, and a restart finds them gone)

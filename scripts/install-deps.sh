@@ -12,12 +12,12 @@ set -eu
 
 packages="
   build-essential pkg-config
-  python3 python3-dev python3-venv python3-wheel
+  python3 python3-dev python3-venv python3-wheel python3-setuptools
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb
   etcd-server openssl valgrind
   ceph-mon ceph-osd ceph-common python3-rados
-  openjdk-17-jre-headless maven
+  maven
   ca-certificates
 "
 # What each is for:
@@ -26,6 +26,8 @@ packages="
 #   python3-venv                     the .venv (pip and setuptools wheels)
 #   python3-wheel                    bdist_wheel for the venv's setuptools (66), which
 #                                    `pip install --no-build-isolation -e .` needs
+#   python3-setuptools               setuptools for that install on Python 3.12 and
+#                                    later (Debian 13), whose venvs come without it
 #   libtalloc-dev, libtdb-dev        talloc and tdb headers and libraries for the bridge
 #                                    and the tdb adapter's C extension
 #   tdb-tools                        tdbdump, tdbtool: reading tdb files in tests
@@ -50,12 +52,20 @@ packages="
 #                                    throwaway Ceph's own probes (a venv with system
 #                                    site packages sees it)
 #   openjdk-17-jre-headless          java for the throwaway Cassandra (5.0 runs on JDK 11
-#                                    or 17; adapters/_cassandra_server.py)
+#                                    or 17; adapters/_cassandra_server.py); Debian 13 has
+#                                    no 17, and there openjdk-21-jre-headless runs it
 #   maven                            mvn fetches the throwaway Cassandra's jars from Maven
 #                                    Central once (Debian packages no Cassandra)
 #   valgrind                         memcheck over the C suite (make test-memcheck),
 #                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS
+
+. /etc/os-release
+if [ "${VERSION_ID:-}" = 12 ]; then
+    packages="$packages openjdk-17-jre-headless"
+else
+    packages="$packages openjdk-21-jre-headless"
+fi
 
 # A Go toolchain builds the linearizability checker; Debian's is enough
 # (go.mod asks for 1.19), but a newer one already on PATH is used as it is.

@@ -1,22 +1,28 @@
 #!/bin/bash
-# make test-fresh: the README's two commands on a fresh Debian 12 machine.
+# make test-fresh: the README's two commands on a fresh Debian machine.
 #
-# A bare bookworm root (debootstrap minbase plus make, cached) gets this
+# A bare Debian root (debootstrap minbase plus make, cached) gets this
 # machine's registry access and a clean clone of the checkout; then, in a
-# chroot with an empty environment, `make demo` and `make test-fast` run as
-# a user would type them. The clone takes the committed HEAD: uncommitted
-# changes are not tested. Needs root (debootstrap, mount, chroot).
+# chroot with an empty environment, the make targets run as a user would
+# type them. The clone takes the committed HEAD: uncommitted changes are not
+# tested. Needs root (debootstrap, mount, chroot).
 #
+#   FRESH_SUITE=trixie   a Debian 13 root (make test-trixie); bookworm by default
+#   FRESH_TARGETS="..."  the make targets, in order; "demo test-fast" by default
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
 #   KEEP=1               keep the root afterwards (stopped and unmounted)
 #
-# Logs: results/fresh/<step>.log and results/fresh/summary.txt.
+# Logs: results/fresh/<step>.log and results/fresh/summary.txt (another
+# suite's: results/fresh-<suite>/).
 set -euo pipefail
 
 scripts=$(cd "$(dirname "$0")" && pwd)
 checkout=$(dirname "$scripts")
+suite=${FRESH_SUITE:-bookworm}
 results=$checkout/results/fresh
+[ "$suite" = bookworm ] || results=$results-$suite
+targets=${FRESH_TARGETS:-demo test-fast}
 . "$scripts/fresh/host-tools.sh"
 . "$scripts/fresh/root.sh"
 . "$scripts/fresh/registry-access.sh"
@@ -52,7 +58,7 @@ run_step() {
 # Never a bare "failed": the step, its status and the end of its output.
 fail_step() {
     echo
-    echo "test-fresh: step '$1' failed (exit $2); the last 60 lines of results/fresh/$1.log:"
+    echo "test-fresh: step '$1' failed (exit $2); the last 60 lines of $results/$1.log:"
     tail -n 60 "$results/$1.log" | sed 's/^/  | /'
     exit "$2"
 }
@@ -81,7 +87,7 @@ print_summary() {
     local rc=$1 i status=passed
     [ "$rc" -eq 0 ] || status="FAILED${current_step:+ in $current_step} (exit $rc)"
     {
-        echo "test-fresh: $status, $mode root, HEAD $(git -C "$checkout" rev-parse --short HEAD)"
+        echo "test-fresh: $status, $mode $suite root, HEAD $(git -C "$checkout" rev-parse --short HEAD)"
         for i in "${!step_names[@]}"; do
             printf '  %-10s %7s s\n' "${step_names[$i]}" "${step_secs[$i]}"
         done
@@ -109,13 +115,14 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM HUP
     # resolved, since processes in the root are found by /proc/PID/root
-    workdir=$(realpath "$(mktemp -d /var/tmp/dbwrap-fresh.XXXXXX)")
+    workdir=$(realpath "$(mktemp -d "/var/tmp/dbwrap-fresh-$suite.XXXXXX")")
     root=$workdir/root
     mkdir -m 755 "$root"
     run_step root create_root "$root"
     run_step prepare prepare_root
-    run_step demo in_root "$root" sh -c 'cd ~/work/main && exec make demo'
-    run_step test-fast in_root "$root" sh -c 'cd ~/work/main && exec make test-fast'
+    for target in $targets; do
+        run_step "$target" in_root "$root" sh -c "cd ~/work/main && exec make $target"
+    done
 }
 
 main "$@"

@@ -6,13 +6,16 @@
 # Sourced by scripts/test-fresh.sh.
 
 # The host's apt sources replace the one line debootstrap wrote (which lacks
-# -updates and -security); keyrings they may point at come along.
+# -updates and -security); keyrings they may point at come along. A root of
+# another suite gets them with the host's suite renamed (bookworm-security
+# becomes trixie-security, and so on).
 copy_apt_sources() {
-    local root=$1 f
+    local root=$1 f from to
+    from=$(host_suite) to=$fresh_suite
     rm -f "$root/etc/apt/sources.list"
-    [ ! -e /etc/apt/sources.list ] || cp /etc/apt/sources.list "$root/etc/apt/"
-    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-        [ ! -e "$f" ] || cp "$f" "$root/etc/apt/sources.list.d/"
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
+        [ -e "$f" ] || continue
+        sed "s/\\b$from\\b/$to/g" "$f" > "$root$f"
     done
     for f in /etc/apt/trusted.gpg.d /etc/apt/keyrings; do
         [ ! -d "$f" ] || { mkdir -p "$root$f"; cp -a "$f/." "$root$f/"; }

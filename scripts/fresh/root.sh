@@ -1,18 +1,27 @@
-# test-fresh: the bare Debian 12 root. debootstrap's minbase plus make (one
-# needs it to type `make`), nothing more: whatever else the project needs,
-# its own commands must install. Cached as a tar.zst, so that later runs
-# re-create the root in about a second.
+# test-fresh: the bare Debian root (FRESH_SUITE: bookworm, the default, or
+# trixie). debootstrap's minbase plus make (one needs it to type `make`),
+# nothing more: whatever else the project needs, its own commands must
+# install. Cached as a tar.zst, so that later runs re-create the root in
+# about a second.
 # Sourced by scripts/test-fresh.sh.
 
-fresh_suite=bookworm
+fresh_suite=${FRESH_SUITE:-bookworm}
 fresh_cache=${XDG_CACHE_HOME:-$HOME/.cache}/dbwrap_py/fresh-$fresh_suite-minbase.tar.zst
 
-# The mirror this machine's apt uses for the suite, so that no registry is
+# The suite this machine runs (its apt sources name it): another suite's
+# root gets the same sources with the suite names changed.
+host_suite() {
+    . /etc/os-release && echo "$VERSION_CODENAME"
+}
+
+# The mirror this machine's apt uses for its own suite, so that no registry is
 # named here: the first URI of an enabled deb822 stanza (sources.list.d/*.sources)
 # whose Suites include it, else of a one-line `deb` entry (sources.list, *.list).
+# Debian's mirrors carry every suite, so the root's suite comes from it too.
 host_mirror() {
-    local uri
-    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v suite="$fresh_suite" '
+    local uri suite
+    suite=$(host_suite)
+    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v suite="$suite" '
         function stanza_end() {
             if (!found && types ~ "(^| )deb( |$)" && suites ~ "(^| )" suite "( |$)" &&
                 enabled != "no" && uris != "") { split(uris, u, " "); print u[1]; found = 1 }
@@ -28,11 +37,11 @@ host_mirror() {
         }
         END { stanza_end() }')
     if [ -z "$uri" ]; then
-        uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v suite="$fresh_suite" '
+        uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v suite="$suite" '
             { sub(/#.*/, ""); gsub(/\[[^]]*\]/, "") }
             $1 == "deb" && $3 == suite { print $2; exit }')
     fi
-    [ -n "$uri" ] || { echo "test-fresh: no apt source for $fresh_suite on this host" >&2; return 1; }
+    [ -n "$uri" ] || { echo "test-fresh: no apt source for $suite on this host" >&2; return 1; }
     echo "$uri"
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MULTIARCH = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
 SAMBA = f"/usr/lib/{MULTIARCH}/samba"
+#: the interpreter the bridge embeds is the one running this (the venv's base)
+PY = f"python3.{sys.version_info.minor}"
+PY_TAG = f"cpython-3{sys.version_info.minor}"
+
+
+def dbwrap_library() -> str:
+    """Samba's private dbwrap library: Debian 12's name, else Debian 13's."""
+    old = f"{SAMBA}/libdbwrap-samba4.so.0"
+    return old if Path(old).exists() else f"{SAMBA}/libdbwrap-private-samba.so.0"
+
 
 #: what the project uses, and where: (file, used by)
 USED_FILES = [
     ("/usr/sbin/smbd", "ThrowawaySamba"),
     (f"{SAMBA}/vfs/acl_xattr.so", "the throwaway share's vfs objects"),
     (f"{SAMBA}/vfs/streams_xattr.so", "the throwaway share's vfs objects"),
-    (f"{SAMBA}/libdbwrap-samba4.so.0", "the C suite and dbwrap_check link Samba's dbwrap"),
+    (dbwrap_library(), "the C suite and dbwrap_check link Samba's dbwrap"),
     (f"/usr/lib/{MULTIARCH}/libsmbconf.so.0", "the preload library's real db_open"),
     (f"/usr/lib/{MULTIARCH}/libsamba-errors.so.1", "NTSTATUS names in the C programs"),
     ("/usr/bin/smbtorture", "make test's comparisons, make demo, make bench"),
@@ -46,7 +57,7 @@ USED_FILES = [
     ("/usr/bin/monmaptool", "the throwaway Ceph's initial monitor map"),
     ("/usr/bin/ceph", "looking into a throwaway Ceph (its banner says how)"),
     (f"/usr/lib/{MULTIARCH}/rados-classes/libcls_lock.so", "the rados adapter's record locks"),
-    ("/usr/lib/python3/dist-packages/rados.cpython-311-x86_64-linux-gnu.so",
+    (f"/usr/lib/python3/dist-packages/rados.{PY_TAG}-{MULTIARCH}.so",
      "the rados Python binding (rados adapter, throwaway Ceph's probes)"),
     ("/usr/bin/java", "the throwaway Cassandra (adapters/_cassandra_server.py)"),
     ("/usr/bin/mvn", "the throwaway Cassandra's jars, from Maven Central"),
@@ -56,7 +67,7 @@ USED_FILES = [
     ("/usr/include/tdb.h", "the bridge and the tdb adapter's C extension"),
     (f"/usr/lib/{MULTIARCH}/libtdb.so", "the bridge and the tdb adapter's C extension link it"),
     (f"/usr/lib/{MULTIARCH}/libtalloc.so", "the bridge and the tdb adapter's C extension link it"),
-    ("/usr/include/python3.11/Python.h", "the bridge embeds CPython"),
+    (f"/usr/include/{PY}/Python.h", "the bridge embeds CPython"),
     ("/usr/bin/python3-config", "the Makefile's Python flags"),
     ("/usr/bin/pkg-config", "the Makefile's talloc and tdb flags"),
     ("/usr/bin/gcc", "the Makefile"),

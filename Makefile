@@ -69,7 +69,8 @@ RESULTS    := results
 
 .PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-scylla \
-	test-fresh test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados \
+	test-fresh test-trixie test-trixie-core test-core test-conformance-core test-torture-core \
+	test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados \
 	bench-cassandra bench-cluster soak-etcd clean
 
 all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
@@ -183,7 +184,7 @@ test: test-fast test-torture-matrix
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters.
 # `make soak-etcd` is separate (~30 min).
-test-full: test test-fresh test-torture-matrix-full test-torture-scylla test-conformance-proxy \
+test-full: test test-fresh test-trixie test-torture-matrix-full test-torture-scylla test-conformance-proxy \
 	test-fuzz-proxy test-cluster
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
@@ -191,6 +192,26 @@ test-full: test test-fresh test-torture-matrix-full test-torture-scylla test-con
 # HEAD. Needs root; see scripts/test-fresh.sh.
 test-fresh:
 	@scripts/test-fresh.sh
+
+# The same on Debian 13 (Samba 4.22, Python 3.13): `make demo`, then `make test`.
+test-trixie:
+	@FRESH_SUITE=trixie FRESH_TARGETS="demo test" scripts/test-fresh.sh
+
+# CI's part of it (test-trixie does not fit beside make test in CI's time):
+# `make demo`, then `make test-core` on Debian 13.
+test-trixie-core:
+	@FRESH_SUITE=trixie FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
+
+# The core of make test: the C suite, pytest, conformance for tdb and etcd,
+# and smbtorture through bridge+tdb and bridge+etcd against native.
+test-core: test-c test-python test-conformance-core test-torture-core
+
+test-conformance-core: all
+	$(VPY) -m dbwrap_py.cli check tdb
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
+
+test-torture-core: all
+	$(VPY) -m dbwrap_py.cli torture --parallel 4 --config tdb --config etcd
 
 # bridge+proxy: the tdb adapter in a throwaway node daemon
 test-c: all

@@ -55,6 +55,13 @@ KILL_CONFIGURATIONS = {
     "etcd-write-through": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                        adapter_options={**_SHORT, "node_cache": "write-through"},
                                        node_lease_ttl=LEASE),
+    # the other adapters name their record locks' lease "lease"
+    **{f"{name}{suffix}": ClusterSetup(adapter=adapter, databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                       adapter_options={**options, "lease": str(LEASE), **cache},
+                                       node_lease_ttl=LEASE)
+       for name, adapter, options in (("rados", "rados", {}), ("cassandra", "cassandra", {}),
+                                      ("fdb-model", "fdb", {"fdb_library": "model"}))
+       for suffix, cache in (("", {}), ("-node-cache", {"node_cache": "yes"}))},
 }
 #: broken on purpose: the node agents' lease is far longer than the LEASE
 #: the checks hold the configuration to, so a dead node's records stay its own

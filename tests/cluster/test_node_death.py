@@ -1,7 +1,8 @@
 """Node 1 of a three-node cluster dies (SIGKILL to its smbd, ctdbd and node
 agent) while a client there holds a file deny-write, a byte-range lock and a
-durable handle: on ctdb, on etcd, and on etcd with the node cache
-write-back and write-through, each cluster its own (node_death.py says what
+durable handle: on ctdb; on etcd, and on etcd with the node cache
+write-back and write-through; on rados, cassandra and the model of
+FoundationDB, each without and with the node cache; each cluster its own (node_death.py says what
 each check wants, conftest.py the configurations).
 
 The tests of one configuration share its crash, in this order: the first
@@ -22,6 +23,8 @@ DURABLE_RECORD_KEPT = {
     "etcd": True,  # every write is in etcd
     "etcd-write-through": True,
     "etcd-node-cache": False,  # write-back: it was only in node 1's cache
+    **{name: True for name in ("rados", "cassandra", "fdb-model")},
+    **{f"{name}-node-cache": False for name in ("rados", "cassandra", "fdb-model")},
 }
 
 

@@ -176,11 +176,17 @@ static bool conf_parse(struct preload_conf *conf, const char *base,
 	return true;
 }
 
-/* The tdb_flags native db_open() would hand to db_open_tdb: robust mutexes. */
+/*
+ * The tdb_flags native db_open() would hand to tdb: robust mutexes for
+ * CLEAR_IF_FIRST databases, and TDB_NOMMAP under "use mmap = no".
+ */
 static int native_tdb_flags(const char *base, int tdb_flags)
 {
 	bool try_mutex, require_mutex;
 
+	if (!lp_use_mmap()) {
+		tdb_flags |= TDB_NOMMAP;
+	}
 	if (!(tdb_flags & TDB_CLEAR_IF_FIRST)) {
 		return tdb_flags;
 	}
@@ -198,6 +204,22 @@ static int native_tdb_flags(const char *base, int tdb_flags)
 	return require_mutex ? (tdb_flags | TDB_MUTEX_LOCKING) : tdb_flags;
 }
 
+/*
+ * The hash size native db_open() would hand to tdb: "tdb_hash_size:<db>"
+ * over the caller's (from 4.22.1), then "tdb_hashsize:<db>" when it is
+ * still 0 (every release checked).
+ */
+static int native_hash_size(const char *base, int hash_size)
+{
+#if DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE
+	hash_size = lp_parm_int(-1, "tdb_hash_size", base, hash_size);
+#endif
+	if (hash_size == 0) {
+		hash_size = lp_parm_int(-1, "tdb_hashsize", base, 0);
+	}
+	return hash_size;
+}
+
 static struct db_context *preload_open_py(TALLOC_CTX *mem_ctx, const char *name,
 					  int hash_size, int tdb_flags,
 					  int open_flags, mode_t mode,
@@ -209,14 +231,10 @@ static struct db_context *preload_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	struct db_context *db = NULL;
 	int err = ENOMEM;
 
-#if DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE
-	/* as native db_open does from 4.22.1 */
-	hash_size = lp_parm_int(-1, "tdb_hash_size", base, hash_size);
-#endif
 	if (conf != NULL && conf_parse(conf, base, false) &&
 	    conf_parse(conf, base, true)) {
 		dbwrap_py_configure(conf->venv, conf->pythonpath);
-		db = db_open_py(mem_ctx, name, hash_size,
+		db = db_open_py(mem_ctx, name, native_hash_size(base, hash_size),
 				native_tdb_flags(base, tdb_flags), open_flags,
 				mode, lock_order, dbwrap_flags,
 				conf->module != NULL ? conf->module : "tdb",

@@ -15,7 +15,8 @@
  *   below, lp_parm_bool/lp_parm_int/lp_dump, samba_version_string, nt_errstr
  *   and the debug calls have the same prototypes. The layouts are identical.
  * - What differs is behaviour: from 4.22.1 db_open() reads
- *   "tdb_hash_size:<db>" (DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE below).
+ *   "tdb_hash_size:<db>" (DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE below);
+ *   every release reads "tdb_hashsize:<db>" when the caller passes 0.
  *   dbwrap_merge_dbufs() and g_lock_lock() changed signature in 4.18; the
  *   bridge uses neither.
  *

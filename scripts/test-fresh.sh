@@ -87,7 +87,7 @@ print_summary() {
     local rc=$1 i status=passed
     [ "$rc" -eq 0 ] || status="FAILED${current_step:+ in $current_step} (exit $rc)"
     {
-        echo "test-fresh: $status, $mode $suite root, HEAD $(git -C "$checkout" rev-parse --short HEAD)"
+        echo "test-fresh: $status, $mode $suite root, HEAD ${tested_head:-not cloned}"
         for i in "${!step_names[@]}"; do
             printf '  %-10s %7s s\n' "${step_names[$i]}" "${step_secs[$i]}"
         done

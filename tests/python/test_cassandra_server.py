@@ -8,7 +8,6 @@ Maven, so a failure and the lock need no network.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from cassandra.query import SimpleStatement  # noqa: E402
 
 from dbwrap_py.adapters import _cassandra_server  # noqa: E402
 from dbwrap_py.adapters._cassandra_server import CassandraCluster, CassandraError  # noqa: E402
+from listening_sockets import listening  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("java") and shutil.which("mvn")),
@@ -116,32 +116,6 @@ mkdir -p "$out" && sleep 0.5 && : > "$out/cassandra-all-{_cassandra_server.VERSI
     assert _cassandra_server.jars() == lib
     assert calls.read_text().split() == ["run"]
     assert sorted(p.name for p in lib.iterdir()) == [f"cassandra-all-{_cassandra_server.VERSION}.jar"]
-
-
-def listening(pid: int) -> list[str]:
-    """The TCP addresses ``pid`` listens on, as host:port (IPv4-mapped IPv6 as IPv4)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                found.append(_address(fields[1]))
-    return sorted(found)
-
-
-def _address(hex_address: str) -> str:
-    host, port = hex_address.split(":")
-    packed = bytes.fromhex(host)
-    # /proc/net prints each 32-bit word of the address in host (little-endian) order
-    address = ipaddress.ip_address(b"".join(packed[i:i + 4][::-1] for i in range(0, len(packed), 4)))
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped  # Java binds IPv4 addresses on an IPv6 socket
-    return f"{address}:{int(port, 16)}"
 
 
 def test_one_node_runs_cql_and_leaves_nothing_after_stop(timed):

@@ -7,7 +7,6 @@ One cluster per shape for the module: one OSD (pool size 1) and three OSDs
 from __future__ import annotations
 
 import configparser
-import contextlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ import pytest
 rados = pytest.importorskip("rados", reason="python3-rados (Debian) is not installed")
 
 from dbwrap_py.adapters._rados_server import CephCluster, CephError  # noqa: E402
+from listening_sockets import listening  # noqa: E402
 
 #: seconds a test client waits for one op: short, so a fault shows as an error
 OP_TIMEOUT = 2
@@ -86,30 +86,6 @@ def test_conf_gives_clients_timeouts_and_no_admin_socket(ceph1):
     assert int(client["rados mon op timeout"]) > 0
     assert conf["global"]["mon host"] == ceph1.mon_host
     assert conf["global"]["ms bind msgr1"] == "false"
-
-
-def listening(pid: int) -> list[str]:
-    """The TCP addresses ``pid`` listens on, from /proc (no ss: iproute2 is not a dependency)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if link.startswith("socket:["):
-                inodes.add(link[len("socket:["):-1])
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                found.append(_address(fields[1]))
-    return found
-
-
-def _address(hex_address: str) -> str:
-    host, port = hex_address.split(":")
-    if len(host) != 8:
-        return f"[{host}]:{int(port, 16)}"  # IPv6: only its being there matters
-    return f"{'.'.join(str(b) for b in bytes.fromhex(host)[::-1])}:{int(port, 16)}"
 
 
 def test_daemons_listen_on_127_0_0_1_only(ceph1):

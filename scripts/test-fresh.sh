@@ -87,7 +87,7 @@ print_summary() {
     local rc=$1 i status=passed
     [ "$rc" -eq 0 ] || status="FAILED${current_step:+ in $current_step} (exit $rc)"
     {
-        echo "test-fresh: $status, $mode $suite root, HEAD ${tested_head:-not cloned}"
+        echo "test-fresh: $status, $mode $suite root, HEAD $(cat "$results/tested-head" 2>/dev/null || echo "not cloned")"
         for i in "${!step_names[@]}"; do
             printf '  %-10s %7s s\n' "${step_names[$i]}" "${step_secs[$i]}"
         done
@@ -108,7 +108,7 @@ on_exit() {
 main() {
     [ "$(id -u)" -eq 0 ] || { echo "test-fresh: needs root (mount, chroot)" >&2; exit 1; }
     mkdir -p "$results"
-    rm -f "$results"/*.log "$results/summary.txt"
+    rm -f "$results"/*.log "$results/summary.txt" "$results/tested-head"
     if [ "${FRESH_CACHE:-1}" != 0 ] && [ -s "$fresh_cache" ]; then mode=cached; else mode=cold; fi
     need_host_commands zstd:zstd
     trap on_exit EXIT

@@ -24,8 +24,8 @@ copy_checkout() {
     # --no-hardlinks: the root shares nothing with the checkout
     git clone -q --no-hardlinks "$checkout" "$clone"
     git -C "$clone" -c advice.detachedHead=false checkout -q "$head"
-    # the summary names it: the checkout's HEAD may move while the root runs
-    tested_head=$(git -C "$checkout" rev-parse --short "$head")
+    # for the summary (this runs in a subshell): HEAD may move meanwhile
+    git -C "$checkout" rev-parse --short "$head" >"$results/tested-head"
     echo "test-fresh: testing $(git -C "$checkout" log -1 --format='%h %s' "$head")"
     carry_uncommitted "$checkout" "$clone"
     if [ -d "$checkout/../shared" ]; then

@@ -16,12 +16,12 @@ from pathlib import Path
 from dbwrap_py.paths import build_dir
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
 
-#: locking.tdb's caller passes 10007 (SMB_OPEN_DATABASE_TDB_HASH_SIZE);
-#: smbXsrv_open_global.tdb's and leases.tdb's pass 0
+#: Samba's callers pass 10007 for locking.tdb and brlock.tdb, and 0 for
+#: smbXsrv_client_global.tdb (4.17 and 4.22 alike)
 HASH_OPTIONS = {
-    "tdb_hash_size:locking.tdb": "1231",
-    "tdb_hashsize:smbXsrv_open_global.tdb": "997",
-    "tdb_hashsize:leases.tdb": "499",
+    "tdb_hash_size:locking.tdb": "1231",  # read from 4.22.1 on
+    "tdb_hashsize:smbXsrv_client_global.tdb": "997",  # read when the caller passes 0
+    "tdb_hashsize:brlock.tdb": "499",  # so not here
 }
 #: a tdb header: magic[32], version, hash_size, ...
 HASH_SIZE_OFFSET = 36
@@ -34,7 +34,7 @@ def built_release() -> tuple[int, ...]:
 
 def hash_sizes(samba: ThrowawaySamba) -> dict[str, int]:
     sizes = {}
-    for name in ("locking.tdb", "smbXsrv_open_global.tdb", "leases.tdb"):
+    for name in ("locking.tdb", "smbXsrv_client_global.tdb", "brlock.tdb"):
         with open(samba.root / "lock" / name, "rb") as f:
             sizes[name] = struct.unpack_from("<I", f.read(48), HASH_SIZE_OFFSET)[0]
     return sizes
@@ -57,8 +57,8 @@ def test_hash_size_parameters_match_native():
     bridged, _ = run(HASH_OPTIONS, bridged=True)
     # what Samba itself makes of them, so the comparison proves something
     expected_locking = 1231 if built_release() >= (4, 22, 1) else 10007
-    assert native == {"locking.tdb": expected_locking, "smbXsrv_open_global.tdb": 997,
-                      "leases.tdb": 499}
+    assert native == {"locking.tdb": expected_locking, "smbXsrv_client_global.tdb": 997,
+                      "brlock.tdb": 10007}
     assert bridged == native
 
 

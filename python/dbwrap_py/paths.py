@@ -16,6 +16,11 @@ def build_dir() -> Path:
     return Path(os.environ.get("DBWRAP_PY_BUILD", REPO_ROOT / "build"))
 
 
+def built_samba_release() -> str:
+    """The Samba release the build was made for (the Makefile's stamp)."""
+    return (build_dir() / "samba-version").read_text().split()[0]
+
+
 def preload_library() -> Path:
     path = build_dir() / "libdbwrap_py_preload.so"
     if not path.exists():

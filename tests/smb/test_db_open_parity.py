@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from dbwrap_py.paths import build_dir
+from dbwrap_py.paths import built_samba_release
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaSetup, ThrowawaySamba
 
 #: Samba's callers pass 10007 for locking.tdb and brlock.tdb, and 0 for
@@ -25,11 +25,6 @@ HASH_OPTIONS = {
 }
 #: a tdb header: magic[32], version, hash_size, ...
 HASH_SIZE_OFFSET = 36
-
-
-def built_release() -> tuple[int, ...]:
-    """The Samba release the build was made for (the Makefile's stamp)."""
-    return tuple(int(part) for part in (build_dir() / "samba-version").read_text().split()[0].split("."))
 
 
 def hash_sizes(samba: ThrowawaySamba) -> dict[str, int]:
@@ -56,7 +51,8 @@ def test_hash_size_parameters_match_native():
     native, _ = run(HASH_OPTIONS, bridged=False)
     bridged, _ = run(HASH_OPTIONS, bridged=True)
     # what Samba itself makes of them, so the comparison proves something
-    expected_locking = 1231 if built_release() >= (4, 22, 1) else 10007
+    release = tuple(int(part) for part in built_samba_release().split("."))
+    expected_locking = 1231 if release >= (4, 22, 1) else 10007
     assert native == {"locking.tdb": expected_locking, "smbXsrv_client_global.tdb": 997,
                       "brlock.tdb": 10007}
     assert bridged == native

@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from dbwrap_py.paths import REPO_ROOT, build_dir
+from dbwrap_py.paths import REPO_ROOT, built_samba_release
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
 
 LOAD_LINE = re.compile(r"dbwrap_py: db=- op=load: built for Samba (\S+), running Samba (\S+):")
-
-
-def installed_release() -> str:
-    """The release the build was made for (the Makefile's stamp)."""
-    return (build_dir() / "samba-version").read_text().split()[0]
 
 
 def other_release(release: str) -> str:
@@ -34,7 +29,7 @@ def other_release(release: str) -> str:
 @pytest.fixture
 def claimed_preload(tmp_path: Path) -> tuple[Path, str]:
     """A preload built for a release that is not the installed one."""
-    claimed = other_release(installed_release())
+    claimed = other_release(built_samba_release())
     library = tmp_path / "claimed" / "libdbwrap_py_preload.so"
     library.parent.mkdir()
     built = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO_ROOT),
@@ -63,7 +58,7 @@ def test_routed_databases_refuse_and_smbd_exits_cleanly(claimed_preload, tmp_pat
     lines = load_lines(log)
     assert len(lines) == 1, f"want one load line:\n{log}"
     built_for, running = lines[0]
-    assert built_for == claimed and running.startswith(installed_release()), lines
+    assert built_for == claimed and running.startswith(built_samba_release()), lines
     refusal = re.search(r"dbwrap_py: db=\S+/(\S+\.tdb) op=open: not opened: the bridge is off", log)
     assert refusal and refusal.group(1) in VOLATILE_DATABASES, log
 

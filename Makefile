@@ -1,5 +1,9 @@
-# dbwrap_py: `make` builds everything, `make test` runs every test.
-# Both install what they need (Debian packages, the venv) and are idempotent.
+# dbwrap_py: `make` builds everything, `make test` runs every test, `make
+# check` is the quick inner loop, `make help` lists every target.
+# Each installs what it needs (Debian packages, the venv) and is idempotent.
+#
+# `make help` prints the lines that start with "##@ " (a group) and the
+# targets whose line ends in "## what it does".
 
 PYTHON      ?= /usr/bin/python3
 VENV        := .venv
@@ -67,20 +71,33 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: all deps venv venv-scylla test test-fast test-c test-memcheck test-python test-conformance test-smb test-cluster \
-	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-scylla \
-	test-fresh test-trixie test-trixie-core test-core test-conformance-core test-torture-core \
-	test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy bench-etcd bench-rados \
-	bench-cassandra bench-cluster soak-etcd clean
+.PHONY: help all deps venv venv-scylla clean check test test-fast test-c test-memcheck test-python \
+	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
+	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full \
+	test-torture-scylla test-fresh test-trixie test-trixie-core test-core test-conformance-core \
+	test-torture-core test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy \
+	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
+	server-cassandra server-samba
 
-all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN)
+.DEFAULT_GOAL := all
 
-deps:
+help: ## every target, one line each, by group
+	@awk '/^##@ / { printf "\n%s\n", substr($$0, 5) } \
+	      /^[a-z][a-z0-9-]*:.*## / { split($$0, t, ":"); sub(/.*## /, ""); printf "  %-26s %s\n", t[1], $$0 }' \
+	    $(MAKEFILE_LIST)
+
+##@ Set-up (each is idempotent; every other target runs what it needs of them)
+clean: ## remove build/
+	rm -rf $(BUILD)
+
+all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN) ## build the bridge, the preload, the C tests and the venv
+
+deps: ## install the Debian packages that are missing (scripts/install-deps.sh)
 	@scripts/install-deps.sh
 
 # The package is installed editable, so the bridge always runs the checkout's
 # code (and its C extensions, built in place).
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed ## the .venv with dbwrap_py installed editable
 
 $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
                    $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
@@ -90,7 +107,7 @@ $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard ad
 	$(VPY) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
-venv-scylla: $(VENV_SCYLLA)/.installed
+venv-scylla: $(VENV_SCYLLA)/.installed ## the scylla dialect's own venv (scylla-driver)
 
 $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 	@test -x $(VPY_SCYLLA) || $(PYTHON) -m venv --system-site-packages $(VENV_SCYLLA)
@@ -133,7 +150,7 @@ $(PRELOAD_LIB): $(PRELOAD_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 # version guard's test (tests/smb/test_version_guard.py); build/ is left alone:
 #   make preload-claiming CLAIMED_SAMBA_VERSION=4.22.11 CLAIMED_PRELOAD=DIR/libdbwrap_py_preload.so
 preload-claiming: SAMBA_VERSION = $(CLAIMED_SAMBA_VERSION)
-preload-claiming:
+preload-claiming: ## a preload built for CLAIMED_SAMBA_VERSION (the version guard's test)
 	@test -n "$(CLAIMED_SAMBA_VERSION)" -a -n "$(CLAIMED_PRELOAD)" || { echo "set" \
 		"CLAIMED_SAMBA_VERSION and CLAIMED_PRELOAD" >&2; exit 1; }
 	@test -f $(BRIDGE_LIB) || { echo "$(BRIDGE_LIB) is missing: run make" >&2; exit 1; }
@@ -174,55 +191,107 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-# Everything but the long smbtorture comparisons (what test-fresh runs).
-test-fast: all test-c test-memcheck test-python test-conformance test-smb test-fuzz-proxy
+##@ Tests (which to run after which change: README, "Tests")
+# pytest workers (pytest-xdist): the tests mostly wait on leases, timeouts
+# and servers. A file runs on one worker, and every test that runs a
+# Cassandra on one worker (tests/python/conftest.py).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+# smbtorture runs at a time in the matrix: they mostly wait on smbd's timers.
+# Measured alone on 2 cores (README, "Tests"): 4 at a time 546 s, 8 456 s,
+# 12 354 s, 16 283 s; at 16 every lease and oplock run goes at once, and the
+# matrix takes about its longest run, so more width cannot help. make test
+# runs 12: the matrix shares the machine with another lane there.
+TORTURE_PARALLEL ?= 12
+# scripts/steps.py: make targets in lanes side by side, each step's output
+# whole as it ends, and a table of each step's wall time at the end
+STEPS = $(PYTHON) scripts/steps.py
 
-test: test-fast test-torture-matrix
+# The inner loop: the build, the C suite, the Python tests that start no
+# server, and the conformance table on tdb.
+check: all ## the inner loop (about 1 min): C suite, unit tests, conformance on tdb
+	@$(STEPS) --title "make check" --logs $(RESULTS)/check "test-c test-conformance-tdb" "test-python-unit"
+
+# Every check. Two lanes side by side: the smbtorture matrix, which mostly
+# waits on smbd's timers, and the quick steps; then, one after the other
+# with nothing beside them, the conformance tables and pytest's tests that
+# start a server, whose leases, timeouts and hand-overs are timed (with
+# everything at once on 2 cores they failed: README, "Tests"). `all` and
+# the scylla venv are built first, so no two steps build the same thing.
+TEST_LANES := "test-torture-matrix" "test-c test-memcheck test-python-unit test-smb test-fuzz-proxy"
+TEST_THEN  := test-conformance test-python-servers
+test: all venv-scylla ## every test, in lanes side by side; each step's time at the end
+	@$(STEPS) --title "make test" --logs $(RESULTS)/test --then "$(TEST_THEN)" $(TEST_LANES)
+
+# make test without the smbtorture matrix.
+test-fast: all venv-scylla ## make test without the smbtorture matrix
+	@$(STEPS) --title "make test-fast" --logs $(RESULTS)/test-fast --then "$(TEST_THEN)" \
+		"test-c test-memcheck test-python-unit" "test-smb test-fuzz-proxy"
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
-# everything in `make test`, the fresh root, smbtorture on the node-cache
+# everything in `make test`, the fresh roots, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
-# three-node clusters.
-# `make soak-etcd` is separate (~30 min).
-test-full: test test-fresh test-trixie test-torture-matrix-full test-torture-scylla test-conformance-proxy \
-	test-fuzz-proxy test-cluster
+# three-node clusters. `make soak-etcd` is separate (~30 min).
+TEST_FULL := test test-fresh test-trixie test-torture-matrix-full test-torture-scylla \
+	test-conformance-proxy test-fuzz-proxy test-cluster
+test-full: $(TEST_FULL) ## make test, both fresh roots, the longer matrices, the clusters
 
-# The two commands on a fresh Debian 12 root (a cached debootstrap minbase, in
-# a chroot): `make demo`, then `make test-fast`, on a clone of the committed
-# HEAD. Needs root; see scripts/test-fresh.sh.
-test-fresh:
+# The two commands on a fresh Debian 12 root (a cached debootstrap minbase,
+# in a chroot) on a clone of the committed HEAD: `make demo`, then `make
+# test-setup`. Needs root; see scripts/test-fresh.sh.
+test-fresh: ## make demo and make test-setup in a fresh Debian 12 root
 	@scripts/test-fresh.sh
 
+# What a fresh root must show beyond the demo: that the set-up brought
+# every file the project uses (test_install_deps) and every throwaway
+# server (one conformance table each on etcd, rados, cassandra and the fdb
+# model, and one smbtorture suite on etcd against native), and the quick loop.
+test-setup: check venv-scylla ## what proves a fresh root's set-up: install checks, each server once
+	$(VPY) -m pytest -q tests/python/test_install_deps.py
+	@$(STEPS) --title "make test-setup" --logs $(RESULTS)/test-setup "test-conformance-servers"
+	$(VPY) -m dbwrap_py.cli torture --suite smb2.durable-v2-open --config etcd
+
 # The same on Debian 13 (Samba 4.22, Python 3.13): `make demo`, then `make test`.
-test-trixie:
+test-trixie: ## make demo and make test in a fresh Debian 13 root
 	@FRESH_SUITE=trixie FRESH_TARGETS="demo test" scripts/test-fresh.sh
 
-# CI's part of it (test-trixie does not fit beside make test in CI's time):
-# `make demo`, then `make test-core` on Debian 13.
-test-trixie-core:
+# CI's part of it: `make demo`, then `make test-core` on Debian 13.
+test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
 	@FRESH_SUITE=trixie FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
 
 # The core of make test: the C suite, pytest, conformance for tdb and etcd,
 # and smbtorture through bridge+tdb and bridge+etcd against native.
-test-core: test-c test-python test-conformance-core test-torture-core
+test-core: all venv-scylla ## C suite, pytest, conformance and smbtorture on tdb and etcd
+	@$(STEPS) --title "make test-core" --logs $(RESULTS)/test-core \
+		--then "test-conformance-core test-python-servers" "test-torture-core" "test-c test-python-unit"
 
-test-conformance-core: all
+test-conformance-core: all ## the conformance tables for tdb and etcd
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
 
-test-torture-core: all
-	$(VPY) -m dbwrap_py.cli torture --parallel 4 --config tdb --config etcd
+test-torture-core: all ## smbtorture on bridge+tdb and bridge+etcd against native
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) --config tdb --config etcd
 
 # bridge+proxy: the tdb adapter in a throwaway node daemon
-test-c: all
+test-c: all ## the C suite: Samba's dbwrap front end on native tdb and the bridge
 	DBWRAP_PY_PATH=$(CURDIR)/tests/fixtures $(VPY) -m dbwrap_py.proxy.around $(TEST_BIN)
 
 # The C suite and the do_locked value check under valgrind memcheck.
-test-memcheck: all
+test-memcheck: all ## the C suite and do_locked's value under valgrind memcheck
 	@scripts/memcheck.sh
 
-test-python: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB)
-	$(VPY) -m pytest -q tests/python
+# pytest tests/python: the tests that start no server, then those that do
+# (make test runs the second part alone), then the scylla dialect in its
+# venv. Tests marked `alone` run after the others, by themselves (pytest
+# exits 5 when none is marked).
+test-python: test-python-unit test-python-servers ## pytest tests/python, 4 at a time; scylla in its venv
+
+test-python-unit: venv $(BRIDGE_LIB) $(INPROC_LIB) ## pytest tests/python without the tests that start a server
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "not server and not alone" tests/python
+
+test-python-servers: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB) ## pytest's tests that start a server
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "server and not alone" tests/python
+	$(VPY) -m pytest -q -m alone tests/python || [ $$? -eq 5 ]
 	$(VPY_SCYLLA) -m pytest -q tests/python/test_scylla_dialect.py
 
 # The adapter conformance suite: the tables for tdb, memory, etcd (on a
@@ -234,29 +303,52 @@ test-python: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB)
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
 # cluster file; without it, it runs under pytest). fdb runs on a throwaway
 # model of FoundationDB (no FoundationDB can run here), without and with the
-# node cache: its tables say fdb (model).
-test-conformance: all venv-scylla
+# node cache: its tables say fdb (model). The tables that use separate
+# servers run side by side, in two lanes.
+test-conformance: all venv-scylla ## every adapter's conformance table, with and without the node cache
+	@$(STEPS) --title "make test-conformance" --logs $(RESULTS)/test-conformance \
+		"test-conformance-tdb test-conformance-local test-conformance-etcd test-conformance-fdb" \
+		"test-conformance-rados test-conformance-cassandra"
+
+test-conformance-tdb: all ## the conformance tables for tdb and memory (no server)
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
-	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
-	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
+
+test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest tests/conformance
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check rados -o lease=2
-	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
-	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
-	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
-	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
-	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
 	$(VPY) -m pytest -q tests/conformance
+
+test-conformance-etcd: all ## conformance on a throwaway etcd, without and with the node cache
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
+
+test-conformance-rados: all ## conformance on a throwaway Ceph, without and with the node cache
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
+
+test-conformance-cassandra: all venv-scylla ## conformance on a throwaway Cassandra (and the scylla dialect)
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
+	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
+
+test-conformance-fdb: all ## conformance on the fdb model, without and with the node cache
+	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
+	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
+
+# One table on each throwaway server (test-setup).
+test-conformance-servers: all ## one conformance table on each throwaway server (test-setup)
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
+	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
 
 # The same tables in proxy mode (each run starts a throwaway node daemon):
 # every adapter that can run here, with and without the node cache, and with
 # the node cache both ways: smbd reaching it itself (proxy_fastpath, the
 # default) and every call through the daemon (proxy_fastpath=no).
-test-conformance-proxy: all
+test-conformance-proxy: all ## every conformance table in proxy mode (make test-full)
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes -o proxy_fastpath=no
 	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2
@@ -275,57 +367,59 @@ test-conformance-proxy: all
 # Three-node Samba clusters (ctdb; etcd, rados, cassandra and the fdb model,
 # each without and with the node cache; and a broken one the checks must
 # fail on): clients on different nodes (make test-full).
-test-cluster: all
+test-cluster: all ## three-node Samba clusters, every adapter and ctdb (make test-full)
 	$(VPY) -m pytest -q tests/cluster
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
-test-smb: all
+test-smb: all ## the installed smbd and Samba's tools through the preload
 	$(VPY) -m pytest -q tests/smb
 
 # smbtorture's smb2 suites on `make test`'s bridge configurations, each
-# against one native run of every suite, four smbtorture runs at a time (the
-# runs mostly wait on smbd's timers): tdb, etcd without and with the node
-# cache, rados, cassandra, the model of FoundationDB (not FoundationDB, which
-# cannot run here), and tdb in proxy mode. Each starts its throwaway server.
+# against one native run of every suite, $(TORTURE_PARALLEL) smbtorture runs
+# at a time (the runs mostly wait on smbd's timers): tdb, etcd without and
+# with the node cache, rados, cassandra, the model of FoundationDB (not
+# FoundationDB, which cannot run here), and tdb in proxy mode. Each starts
+# its throwaway server.
 TORTURE_CONFIGS := tdb etcd etcd,node_cache=yes rados cassandra fdb,fdb_library=model tdb,transport=proxy
-test-torture-matrix: all
-	$(VPY) -m dbwrap_py.cli torture --parallel 4 $(addprefix --config ,$(TORTURE_CONFIGS))
+test-torture-matrix: all ## smbtorture's smb2 suites, every adapter against native
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS))
 
 # The node-cache and proxy configurations `make test` leaves out (make test-full).
 TORTURE_CONFIGS_FULL := etcd,node_cache=write-through sqlite_leased,node_cache=yes rados,node_cache=yes \
 	cassandra,node_cache=yes fdb,fdb_library=model,node_cache=yes etcd,transport=proxy \
 	rados,transport=proxy etcd,transport=proxy,node_cache=yes
-test-torture-matrix-full: all
-	$(VPY) -m dbwrap_py.cli torture --parallel 4 $(addprefix --config ,$(TORTURE_CONFIGS_FULL))
+test-torture-matrix-full: all ## smbtorture on the node-cache and proxy configurations (make test-full)
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS_FULL))
 
 # One configuration against native tdb, side by side, e.g.
 # make test-torture TORTURE_CONFIG=etcd,node_cache=yes (default: tdb).
 TORTURE_CONFIG ?= tdb
-test-torture: all
-	$(VPY) -m dbwrap_py.cli torture --config $(TORTURE_CONFIG)
+test-torture: all ## smbtorture on one configuration: TORTURE_CONFIG=etcd,node_cache=yes
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) --config $(TORTURE_CONFIG)
 
 # Random, truncated and mutated requests at a throwaway node daemon for 30 s:
 # it must stay up, with no record left locked.
-test-fuzz-proxy: all
+test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon
 	$(VPY) -m dbwrap_py.proxy.fuzz 30
 
 # The scylla dialect (scylla-driver, its own venv) against the same throwaway
 # Cassandra: no ScyllaDB server can be had here.
-test-torture-scylla: all venv-scylla
-	$(VPY_SCYLLA) -m dbwrap_py.cli torture --adapter scylla
+test-torture-scylla: all venv-scylla ## smbtorture on the scylla dialect (make test-full)
+	$(VPY_SCYLLA) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) --adapter scylla
 
+##@ Demo and benchmarks (they measure; none is part of make test)
 # The main job: a real smbd on the bridge, opens/s against native tdb.
-demo: all
+demo: all ## the main job: a real smbd on the bridge, opens/s against native tdb
 	@$(VPY) -m dbwrap_py.cli demo
 
 # Measures only; never part of `make test`.
-bench-bridge: all $(BENCH_BIN)
+bench-bridge: all $(BENCH_BIN) ## the bridge alone in C, and instructions per call (callgrind)
 	@mkdir -p $(RESULTS)
 	$(BENCH_BIN) 20000 $(RESULTS)/bench-bridge.json
 	$(VPY) -m dbwrap_py.cli bench instructions --json $(RESULTS)/bench-instructions.json
 
 # Every landed adapter against native tdb: SMB sweep, micro, memory (~10 min).
-bench: all $(MICRO_BIN)
+bench: all $(MICRO_BIN) ## every adapter against native tdb: SMB sweep, micro, memory (~10 min)
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --nprocs 1,2,4,8,16,32,64,128 --time 8 \
 		--json $(RESULTS)/bench-smb.json
@@ -335,14 +429,14 @@ bench: all $(MICRO_BIN)
 
 # bridge+tdb in process and through the node daemon (proxy mode) against
 # native tdb, three paired rounds per point.
-bench-smb: all
+bench-smb: all ## bridge+tdb in process and via the node daemon against native tdb
 	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --transports inproc,proxy --nprocs 1,4,16,64 \
 		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-tdb.json
 
 # Memory per smbd client process in process and in proxy mode, against
 # native, at 1 to 256 connections, for etcd, rados and cassandra (throwaway
 # servers); the node daemon's own memory is reported apart.
-bench-memory-proxy: all
+bench-memory-proxy: all ## memory per smbd process, in process and proxy mode, etcd, rados, cassandra
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench memory --adapters etcd,rados,cassandra --transports inproc,proxy \
 		--connections 1,16,64,256 --json $(RESULTS)/bench-memory-proxy.json
@@ -353,7 +447,7 @@ bench-memory-proxy: all
 # native tdb); smbXsrv_open_global write-through (what a durable handle's
 # reconnect on another node needs), the rest write-back. The first also
 # through the node daemon (proxy mode). Then its memory per smbd process.
-bench-etcd: all
+bench-etcd: all ## etcd with the node cache against native tdb, three ways
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --adapters etcd -o etcd:node_cache=yes \
 		--transports inproc,proxy,proxy-fastpath --nprocs 1,4,16,64 --time 8 --rounds 3 \
@@ -373,7 +467,7 @@ bench-etcd: all
 # volatile database; then its memory and threads per smbd process; then
 # the node cache (opens/s), and round trips per dbwrap operation (bench
 # micro) without and with it.
-bench-rados: all $(MICRO_BIN)
+bench-rados: all $(MICRO_BIN) ## rados at three omap ratios, its memory, the node cache
 	@mkdir -p $(RESULTS)
 	for objects in 1 8 64; do \
 		$(VPY) -m dbwrap_py.cli bench smb --adapters rados -o rados:objects=$$objects \
@@ -393,7 +487,7 @@ bench-rados: all $(MICRO_BIN)
 # rounds per point, without and with the node cache; its memory and threads per smbd process; round trips
 # per dbwrap operation (bench micro). The consistency options and
 # paxos_variant, and LWTs under contention, are bench/cassandra_*.py.
-bench-cassandra: all $(MICRO_BIN)
+bench-cassandra: all $(MICRO_BIN) ## cassandra without and with the node cache
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --adapters cassandra --nprocs 1,4,16,64 --time 8 --rounds 2 \
 		--json $(RESULTS)/bench-smb-cassandra.json
@@ -408,7 +502,7 @@ bench-cassandra: all $(MICRO_BIN)
 # "fdb (model)": its figures are the model's, never FoundationDB's. Against
 # native tdb, two paired rounds per point, without and with the node cache;
 # memory and threads per smbd process; round trips per dbwrap operation.
-bench-fdb-model: all $(MICRO_BIN)
+bench-fdb-model: all $(MICRO_BIN) ## fdb on the model of FoundationDB (a model, not FoundationDB)
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench smb --adapters fdb -o fdb:fdb_library=model --nprocs 1,4,16,64 \
 		--time 8 --rounds 2 --json $(RESULTS)/bench-smb-fdb-model.json
@@ -424,7 +518,7 @@ bench-fdb-model: all $(MICRO_BIN)
 # 1 to 512 clients, ctdb against etcd, rados, cassandra and fdb (model), each
 # without and with the node cache; one cluster at a time, fresh each round,
 # two rounds in alternating order; ratios to ctdb per round. ~35 min here.
-bench-cluster: all
+bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against ctdb (~35 min)
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench cluster --nprocs 1,2,4,8,16,32,64,128,256,512 --time 5 \
 		--rounds 2 --json $(RESULTS)/bench-cluster.json
@@ -432,10 +526,21 @@ bench-cluster: all
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed
 # point and prints what explains it. Not part of make test.
-soak-etcd: all
+soak-etcd: all ## 500 path-contention points on etcd with the node cache (~30 min)
 	$(VPY) -m dbwrap_py.cli soak --adapter etcd --points 500 --nprocs 1,16 --time 3
 
-clean:
-	rm -rf $(BUILD)
+
+##@ Servers (each until Ctrl-C; prints the options that reach it)
+server-etcd: all ## a throwaway etcd (dbwrap-py server etcd)
+	$(VPY) -m dbwrap_py.cli server etcd
+
+server-ceph: all ## a throwaway one-OSD Ceph (dbwrap-py ceph)
+	$(VPY) -m dbwrap_py.cli ceph
+
+server-cassandra: all ## a throwaway one-node Cassandra (dbwrap-py cassandra)
+	$(VPY) -m dbwrap_py.cli cassandra
+
+server-samba: all ## a throwaway smbd on bridge+tdb (dbwrap-py samba)
+	$(VPY) -m dbwrap_py.cli samba
 
 FORCE:

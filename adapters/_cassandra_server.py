@@ -70,7 +70,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped, stop_process
+from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
 
 VERSION = "5.0.8"
 #: node i listens on HOSTS[i]: the loopback is all of 127/8 on Linux
@@ -470,7 +470,7 @@ class CassandraCluster:
         """SIGSTOP: the node keeps its sockets but answers nothing (a long GC pause)."""
         pid = self.pid(index)
         if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
+            pause_process(pid)
 
     def resume_node(self, index: int) -> None:
         pid = self.pid(index)

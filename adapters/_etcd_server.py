@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped
+from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped
 
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
@@ -300,7 +300,7 @@ class EtcdCluster:
         """SIGSTOP one member: it keeps its sockets but answers nothing."""
         pid = self.pid(index)
         if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
+            pause_process(pid)
 
     def resume_member(self, index: int) -> None:
         pid = self.pid(index)

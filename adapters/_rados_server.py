@@ -83,7 +83,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, serve_until_stopped, stop_process
+from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
 
 HOST = "127.0.0.1"
 POOL = "dbwrap_py"
@@ -433,7 +433,7 @@ class CephCluster:
         """SIGSTOP: the daemon keeps its sockets but answers nothing."""
         pid = self.pid_of(name)
         if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
+            pause_process(pid)
 
     def resume_daemon(self, name: str) -> None:
         pid = self.pid_of(name)

@@ -8,7 +8,7 @@
 # tested. Needs root (debootstrap, mount, chroot).
 #
 #   FRESH_SUITE=trixie   a Debian 13 root (make test-trixie); bookworm by default
-#   FRESH_TARGETS="..."  the make targets, in order; "demo test-fast" by default
+#   FRESH_TARGETS="..."  the make targets, in order; "demo test-setup" by default
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
 #   KEEP=1               keep the root afterwards (stopped and unmounted)
@@ -22,7 +22,7 @@ checkout=$(dirname "$scripts")
 suite=${FRESH_SUITE:-bookworm}
 results=$checkout/results/fresh
 [ "$suite" = bookworm ] || results=$results-$suite
-targets=${FRESH_TARGETS:-demo test-fast}
+targets=${FRESH_TARGETS:-demo test-setup}
 . "$scripts/fresh/host-tools.sh"
 . "$scripts/fresh/root.sh"
 . "$scripts/fresh/registry-access.sh"

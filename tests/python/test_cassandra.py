@@ -22,6 +22,9 @@ from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unav
 from dbwrap_py.options import Options  # noqa: E402
 from lease_renewal import assert_renewal_keeps_the_lock  # noqa: E402
 
+pytestmark = pytest.mark.server
+
+
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
 PERSISTENT = 0
 

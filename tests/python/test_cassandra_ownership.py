@@ -23,6 +23,9 @@ from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
 from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 
+
+pytestmark = pytest.mark.server
+
 #: the shortest node lease: Cassandra's TTLs are whole seconds
 TTL = 2
 

@@ -33,9 +33,9 @@ from dbwrap_py.adapters import _cassandra_server  # noqa: E402
 from dbwrap_py.adapters._cassandra_server import CassandraCluster, CassandraError  # noqa: E402
 from listening_sockets import listening  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.server, pytest.mark.skipif(
     not (shutil.which("java") and shutil.which("mvn")),
-    reason="no java or mvn (scripts/install-deps.sh installs openjdk-17-jre-headless and maven)")
+    reason="no java or mvn (scripts/install-deps.sh installs openjdk-17-jre-headless and maven)")]
 
 
 def connect(options: dict[str, str], **kwargs: object) -> tuple[Cluster, Session]:

@@ -75,8 +75,14 @@ def test_a_servers_session_is_found_whole_and_seen_gone_by_pid():
     are seen gone after a SIGKILL to the group (the orphan too, once reaped)."""
     leader = subprocess.Popen(["sh", "-c", "sleep 61 & exec sleep 62"], start_new_session=True)
     try:
-        members = _until(lambda: len(in_sessions({leader.pid})) == 2 and in_sessions({leader.pid}))
-        assert members and sorted(members.values()) == ["sleep 61", "sleep 62"], members
+        # both named: the forked child is "sh -c ..." until it has exec'd sleep 61
+        expected = ["sleep 61", "sleep 62"]
+        def both() -> dict[int, str]:
+            found = in_sessions({leader.pid})
+            return found if sorted(found.values()) == expected else {}
+
+        members = _until(both)
+        assert members and sorted(members.values()) == expected, in_sessions({leader.pid})
         assert leader.pid in session_leading_children()
         assert still_running(members) == members
         os.killpg(leader.pid, signal.SIGKILL)

@@ -33,6 +33,9 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.adapters._etcd_server import EtcdCluster
 
+pytestmark = pytest.mark.server
+
+
 RW = os.O_RDWR | os.O_CREAT
 TDB_REPLACE = 1
 CHILD_TIMEOUT = 30  # seconds; SIGALRM ends a child that hangs

@@ -25,6 +25,9 @@ from dbwrap_py.errors import AccessDenied, Timeout, Unavailable
 from dbwrap_py.adapters._etcd_server import EtcdCluster, EtcdTls
 from dbwrap_py.servers.tls import KeyPair, Pki, issue, make_ca, make_pki
 
+pytestmark = pytest.mark.server
+
+
 ROOT_PASSWORD = "root-secret"
 SMBD_PASSWORD = "smbd-secret"
 #: etcd's --auth-token-ttl for the auth server: an unused token goes after ~2-3 s

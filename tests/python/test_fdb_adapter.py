@@ -28,6 +28,8 @@ from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 from lease_renewal import assert_renewal_keeps_the_lock
 
+pytestmark = pytest.mark.server
+
 
 @pytest.fixture(scope="module")
 def cluster_file() -> Iterator[Path]:

@@ -20,6 +20,9 @@ import pytest
 import dbwrap_py.testing.fdb_model as fdb
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 
+pytestmark = pytest.mark.server
+
+
 API = 730
 
 

@@ -22,6 +22,8 @@ from dbwrap_py.nodecache.protocol import OwnedElsewhere
 from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 
+pytestmark = pytest.mark.server
+
 
 @pytest.fixture(scope="module")
 def cluster_file():

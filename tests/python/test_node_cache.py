@@ -25,6 +25,9 @@ from dbwrap_py.options import Options
 
 from test_etcd import Child
 
+pytestmark = pytest.mark.server
+
+
 TTL = 2
 RW = os.O_RDWR | os.O_CREAT
 

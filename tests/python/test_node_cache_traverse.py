@@ -24,6 +24,9 @@ from dbwrap_py.nodecache.protocol import Ownership
 # the same backends (one server per module) and two node agents as there
 from test_node_cache import TTL, backend, fdb_backend, name, nodes, open_on, put  # noqa: F401  (fixtures)
 
+
+pytestmark = pytest.mark.server
+
 #: what Ownership.owners costs, where it is not one round trip: rados reads
 #: the objects' entries together, then asks the OSD about the holder's lease;
 #: cassandra reads the bucket partitions 100 at a time (256 buckets), then ``nodes``

@@ -27,6 +27,9 @@ from dbwrap_py.proxy.daemon import ProxyDaemonProcess
 from test_etcd import Child
 from test_node_cache import TTL, name, nodes, open_on, put, sqlite_leased_backend  # noqa: F401 (fixtures)
 
+pytestmark = pytest.mark.server
+
+
 TIMEOUT = 10.0
 PROMPT = 0.5  # a MOVE_IN that must not wait answers well within this
 

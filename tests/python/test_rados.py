@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.server
+
+
 rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402

@@ -19,6 +19,9 @@ from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 
+pytestmark = pytest.mark.server
+
+
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
 WORKERS = 4
 SECONDS = 8

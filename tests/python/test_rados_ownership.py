@@ -10,6 +10,9 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.server
+
+
 rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402

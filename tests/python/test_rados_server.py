@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.server
+
+
 rados = pytest.importorskip("rados", reason="python3-rados (Debian) is not installed")
 
 from dbwrap_py.adapters._rados_server import CephCluster, CephError  # noqa: E402

@@ -15,6 +15,8 @@ from dbwrap_py.adapters.scylla import ScyllaAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 
+pytestmark = pytest.mark.server
+
 
 def test_without_scylla_driver_the_dialect_refuses_to_open(tmp_path):
     if cc.scylla_driver():

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 
-from dbwrap_py.servers import dying_with_parent
+from dbwrap_py.servers import dying_with_parent, pause_process
 
 
 def _cmd(pid: int) -> bytes:
@@ -40,3 +43,33 @@ def test_a_server_dies_with_the_thread_that_started_it_and_keeps_its_pid():
         assert time.monotonic() < deadline, f"server {server.pid} outlived the thread that started it"
         time.sleep(0.05)
     assert server.returncode == -9
+
+
+BUSY_THREADS = """
+import threading
+def spin():
+    while True:
+        pass
+for _ in range(3):
+    threading.Thread(target=spin, daemon=True).start()
+print("spinning", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_pause_returns_once_every_thread_has_stopped():
+    """A paused server answers nothing from the moment pause_process returns:
+    each of its threads, busy on a core, is stopped by then."""
+    busy = subprocess.Popen([sys.executable, "-c", BUSY_THREADS], stdout=subprocess.PIPE)
+    try:
+        assert busy.stdout is not None and busy.stdout.readline() == b"spinning\n"
+        pause_process(busy.pid)
+        tasks = os.listdir(f"/proc/{busy.pid}/task")
+        assert len(tasks) == 4
+        for task in tasks:
+            with open(f"/proc/{busy.pid}/task/{task}/stat") as stat:
+                assert stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    finally:
+        os.kill(busy.pid, signal.SIGKILL)
+        os.kill(busy.pid, signal.SIGCONT)
+        busy.wait()

@@ -30,6 +30,8 @@ class ScriptedRuns:
         self.calls: list[tuple[str, str, str]] = []
         self.running = 0
         self.most = 0
+        #: how many runs were going on (itself included) at each retry's start
+        self.running_at_retry: list[int] = []
         self._lock = threading.Lock()
 
     def __call__(self, suite: str, setup: SambaSetup, mode: str, timeout: float = 0) -> SuiteRun:
@@ -37,6 +39,8 @@ class ScriptedRuns:
             self.calls.append((suite, mode, setup.adapter))
             self.running += 1
             self.most = max(self.most, self.running)
+            if suite.count(".") > 1:
+                self.running_at_retry.append(self.running)
         time.sleep(0.05)  # long enough for the pool to overlap runs
         with self._lock:
             self.running -= 1
@@ -72,13 +76,25 @@ def test_one_native_run_per_suite_for_every_configuration(scripted: ScriptedRuns
     assert scripted.most == 3
 
 
+def test_the_slowest_suites_are_queued_first_and_rows_keep_the_given_order(scripted: ScriptedRuns) -> None:
+    suites = ["smb2.one", "smb2.create", "smb2.two", "smb2.lease"]
+    rows = compare_matrix(suites, [bridge("tdb")], parallel=2)
+    natives = [suite for suite, mode, _ in scripted.calls if mode == "native"]
+    assert natives == ["smb2.lease", "smb2.create", "smb2.one", "smb2.two"]
+    assert [row[0].suite for row in rows] == suites
+
+
 def test_a_failure_that_passes_alone_is_flaky_one_that_fails_again_a_regression(scripted: ScriptedRuns) -> None:
-    (tdb, flaky, broken), = compare_matrix(["smb2.one"], [bridge("tdb"), bridge("flaky"), bridge("broken")])
+    (tdb, flaky, broken), = compare_matrix(["smb2.one"], [bridge("tdb"), bridge("flaky"), bridge("broken")],
+                                           parallel=4)
     assert (tdb.regressions, tdb.flaky) == ([], [])
     assert (flaky.regressions, flaky.flaky) == ([], ["b"])
     assert (broken.regressions, broken.flaky) == (["b"], [])  # c fails natively: not judged
     retried = [suite for suite, mode, _ in scripted.calls if suite.count(".") > 1]
     assert sorted(retried) == ["smb2.one.b", "smb2.one.b"]
+    # the retries come after every run of the matrix, alone
+    assert all(suite.count(".") > 1 for suite, _, _ in scripted.calls[-2:])
+    assert scripted.running_at_retry == [1, 1]
 
 
 def test_two_at_a_time_does_not_wait_on_itself(scripted: ScriptedRuns) -> None:

@@ -54,6 +54,35 @@ def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> 
             process.wait()
 
 
+def pause_process(pid: int, timeout: float = 5.0) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it has stopped: the
+    signal is only queued when kill() returns, and a thread already running
+    on the other core went on answering a request (an etcd served a read
+    after its pause, in a loaded make test)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _all_threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise ServerError(f"process {pid} did not stop within {timeout:g} s of SIGSTOP")
+        time.sleep(0.005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:  # gone: nothing left to answer
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # that thread exited
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 class StartStop:
     """``with`` over start() and stop(): a start that fails part-way stops
     what it began before the error goes on."""

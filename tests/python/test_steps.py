@@ -1,0 +1,89 @@
+"""scripts/steps.py (make test's lanes and step table) and `make help`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ROOT / "scripts" / "steps.py"
+
+MAKEFILE = """\
+slow-a:
+\t@echo a-begin; sleep 2; echo a-end
+slow-b:
+\t@echo b-begin; sleep 2; echo b-end
+fails:
+\t@echo about to fail; exit 3
+after:
+\t@echo after ran
+"""
+
+
+def run_steps(tmp_path: Path, *lanes: str) -> tuple[subprocess.CompletedProcess, float]:
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(STEPS), "--title", "t", "--logs", "logs", *lanes],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return proc, time.monotonic() - start
+
+
+def table_rows(output: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in output.split("each step's wall time", 1)[1].splitlines()[2:]:
+        fields = line.split()
+        if not fields or fields[0] == "total":  # the table ends there
+            break
+        rows[fields[0]] = fields
+    return rows
+
+
+def test_lanes_run_side_by_side_and_outputs_do_not_interleave(tmp_path):
+    proc, took = run_steps(tmp_path, "slow-a", "slow-b")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert took < 3.5, f"two 2 s lanes took {took:.1f} s: not side by side"
+    # each step's output comes whole, begin and end together
+    for name in "ab":
+        assert f"{name}-begin\n{name}-end\n" in proc.stdout
+    assert proc.stdout.rstrip().endswith("steps: 2 passed, 0 failed")
+    assert (tmp_path / "logs" / "slow-a.log").read_text() == "a-begin\na-end\n"
+
+
+def test_a_failed_step_fails_the_run_names_itself_and_the_lane_goes_on(tmp_path):
+    proc, _ = run_steps(tmp_path, "fails after", "slow-a")
+    assert proc.returncode == 1
+    rows = table_rows(proc.stdout)
+    assert rows["fails"][4:] == ["FAILED", "(exit", "2)"]  # make's status for a failed recipe
+    assert rows["after"][4] == "passed" and rows["slow-a"][4] == "passed"
+    assert "fails failed (exit 2); the last" in proc.stdout and "  | about to fail" in proc.stdout
+    assert proc.stdout.rstrip().endswith("steps: 2 passed, 1 failed")
+
+
+def test_each_step_has_a_wall_time(tmp_path):
+    proc, _ = run_steps(tmp_path, "slow-a after")
+    rows = table_rows(proc.stdout)
+    assert float(rows["slow-a"][3]) >= 2 and float(rows["after"][2]) >= 2  # after starts once slow-a ends
+
+
+def test_make_help_names_every_target_of_the_makefile():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):(?!=)", makefile, re.M))
+    shown = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "help"],
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    listed = set(re.findall(r"^  ([a-z][a-z0-9-]*) ", shown, re.M))
+    assert targets - listed == set(), "targets make help does not list"
+    assert {"Set-up", "Tests", "Demo", "Servers"} <= {line.split()[0] for line in shown.splitlines() if line
+                                                      and not line.startswith(" ")}
+
+
+def test_then_runs_alone_once_every_lane_has_ended(tmp_path):
+    proc, _ = run_steps(tmp_path, "--then", "after", "slow-a", "slow-b")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    assert rows["after"][1] == "0"  # lane 0: alone
+    ends = [float(rows[s][2]) + float(rows[s][3]) for s in ("slow-a", "slow-b")]
+    assert float(rows["after"][2]) >= max(ends) - 0.5  # whole seconds in the table
+    assert "then 1 alone (lane 0)" in proc.stdout

@@ -77,7 +77,9 @@ RESULTS    := results
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
-	server-cassandra server-samba
+	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
+	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
+	preload-claiming
 
 .DEFAULT_GOAL := all
 
@@ -209,7 +211,7 @@ STEPS = $(PYTHON) scripts/steps.py
 
 # The inner loop: the build, the C suite, the Python tests that start no
 # server, and the conformance table on tdb.
-check: all ## the inner loop (about 1 min): C suite, unit tests, conformance on tdb
+check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on tdb
 	@$(STEPS) --title "make check" --logs $(RESULTS)/check "test-c test-conformance-tdb" "test-python-unit"
 
 # Every check. Two lanes side by side: the smbtorture matrix, which mostly

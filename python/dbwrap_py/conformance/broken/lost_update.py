@@ -21,3 +21,6 @@ BREAKS = frozenset({
     "lock.release-on-free", "lock.fencing",  # another process "gets" a held lock
     "history.linearizability",  # increments are not atomic
 })
+#: also broken, when the two sides happen to interleave: db.fork's parent
+#: increments while its child does (a make test failed it: 2 of 4 landed)
+MAY_BREAK = frozenset({"db.fork"})

@@ -186,13 +186,14 @@ def _judge(comparison: Comparison, setup: SambaSetup, retry: bool) -> None:
     run again alone on a fresh smbd: passing then makes it flaky, failing
     again a regression.
 
-    Why a retry stays: a few smbtorture subtests race smbd's own teardown
-    (durable-open.reopen2 and durable-v2-open.reopen2*, measured: they drop
-    the connection and reconnect at once, and the reconnect succeeds only
-    once the old smbd has marked the open disconnected, which a backend
-    whose round trips the load has slowed does later). The retry runs after
-    the whole matrix, one at a time, so it sees no load of the matrix's
-    own; a real regression fails it again."""
+    Why a retry stays: a few smbtorture subtests fail through a slow
+    backend on a loaded machine (seen: durable-open.reopen2 and
+    durable-v2-open.reopen2*). Their likely cause, read in smbtorture's
+    source and not measured: they drop the connection and reconnect at
+    once, and the reconnect succeeds only once the old smbd has marked the
+    open disconnected, which a backend slowed by the load does later. The
+    retry runs after the whole matrix, one at a time, so it sees no load of
+    the matrix's own; a real regression fails it again."""
     for name, result in comparison.native.results.items():
         if result != "success" or comparison.bridge.passed(name) or name in EXCLUDED:
             continue

@@ -240,7 +240,8 @@ def test_a_holder_whose_lease_ran_out_and_was_taken_over_is_fenced(cluster_file:
 def test_a_renewed_lease_keeps_the_lock_past_its_time(cluster_file: Path, tmp_path: Path) -> None:
     name = str(tmp_path / "renew.tdb")
     assert_renewal_keeps_the_lock(open_fdb(cluster_file, name, extra=("lease=0.4",)).adapter,
-                                  open_fdb(cluster_file, name, extra=("lease=0.4", "op_timeout=0.15")).adapter)
+                                  open_fdb(cluster_file, name, extra=("lease=0.4",)).adapter,
+                                  contend_for=0.15)
 
 
 def test_a_traverse_longer_than_the_transaction_limit_pages_across_transactions(

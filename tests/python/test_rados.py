@@ -146,7 +146,7 @@ def test_an_expired_holder_cannot_write_over_the_next_one(ceph, tmp_path):
 
 def test_a_renewed_lease_keeps_the_lock_past_its_time(ceph, tmp_path):
     assert_renewal_keeps_the_lock(open_db(ceph, tmp_path, lease=1),
-                                  open_db(ceph, tmp_path, lease=1, op_timeout=0.4))
+                                  open_db(ceph, tmp_path, lease=1), contend_for=0.4)
 
 
 def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):

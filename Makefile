@@ -71,10 +71,10 @@ BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
 
-.PHONY: help all deps venv venv-scylla clean check test test-fast test-c test-memcheck test-python \
+.PHONY: help all deps venv venv-scylla clean check samba-abi-check samba-abi-offsets test test-fast test-c test-memcheck test-python \
 	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full \
-	test-torture-scylla test-fresh test-trixie test-trixie-core test-core test-conformance-core \
+	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
@@ -124,8 +124,23 @@ $(SAMBA_STAMP): FORCE | deps
 		"install samba (scripts/install-deps.sh)" >&2; exit 1; }
 	@test -n "$(SAMBA_DBWRAP_LIB)" || { echo "no private dbwrap library" \
 		"(libdbwrap-private-samba.so.0 or libdbwrap-samba4.so.0) in $(SAMBA_LIBDIR)" >&2; exit 1; }
+	@$(MAKE) -s samba-abi-check
 	@echo "$(SAMBA_VERSION) $(notdir $(SAMBA_DBWRAP_LIB))" | cmp -s - $@ || \
 		echo "$(SAMBA_VERSION) $(notdir $(SAMBA_DBWRAP_LIB))" > $@
+
+# Is SAMBA_VERSION in c_bridge/samba_abi.h's table of checked releases? An
+# unchecked one stops the build here (never a guessed layout: smbd panics).
+samba-abi-check: ## fail unless samba_abi.h was checked against SAMBA_VERSION (default: the installed one)
+	@printf '#include "samba_abi.h"\n' | $(CC) $(CFLAGS) -Ic_bridge -fsyntax-only -x c - 2>/dev/null || { \
+		echo "Samba $(SAMBA_VERSION) is not a release c_bridge/samba_abi.h was checked against" \
+		"(its table: 4.17.12 to 4.24.x, 4.25.1). Compare that release's" \
+		"lib/dbwrap/dbwrap_private.h and source3/lib/dbwrap/dbwrap_open.h with samba_abi.h," \
+		"run scripts/samba-abi-probe.sh on its samba-libs, then add it to the table." >&2; exit 1; }
+
+# What samba_abi.h says the fields' offsets are, as scripts/samba-abi-probe.sh prints them.
+samba-abi-offsets: $(SAMBA_STAMP) ## the offsets samba_abi.h declares (compare: scripts/samba-abi-probe.sh)
+	@$(CC) $(CFLAGS) -Ic_bridge -o $(BUILD)/samba_abi_offsets tests/abi/samba_abi_offsets.c
+	@$(BUILD)/samba_abi_offsets
 
 $(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
 	@mkdir -p $(BUILD)
@@ -234,9 +249,9 @@ test-fast: all venv-scylla ## make test without the smbtorture matrix
 # everything in `make test`, the fresh roots, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
-TEST_FULL := test test-fresh test-trixie test-torture-matrix-full test-torture-scylla \
+TEST_FULL := test test-fresh test-trixie test-sid test-torture-matrix-full test-torture-scylla \
 	test-conformance-proxy test-fuzz-proxy test-cluster
-test-full: $(TEST_FULL) ## make test, both fresh roots, the longer matrices, the clusters
+test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase,
 # in a chroot) on a clone of the committed HEAD: `make demo`, then `make
@@ -260,6 +275,13 @@ test-trixie: ## make demo and make test in a fresh Debian 13 root
 # CI's part of it: `make demo`, then `make test-core` on Debian 13.
 test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
 	@FRESH_SUITE=trixie FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
+
+# Samba 4.25 (Debian sid): see scripts/fresh/registry-access.sh for the root's apt.
+test-sid: ## make demo and make test in a fresh Debian sid root (Samba 4.25)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo test" scripts/test-fresh.sh
+
+test-sid-core: ## make demo and make test-core in a fresh Debian sid root (Samba 4.25)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
 
 # The core of make test: the C suite, pytest, conformance for tdb and etcd,
 # and smbtorture through bridge+tdb and bridge+etcd against native.

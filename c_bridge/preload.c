@@ -2,9 +2,10 @@
  * libdbwrap_py_preload.so: puts chosen databases of an unmodified smbd (or
  * smbpasswd, net, ...) on dbwrap_py, via LD_PRELOAD.
  *
- * Samba reaches every database through db_open(), exported by libsmbconf.
- * This library defines db_open: a database enabled in smb.conf goes to
- * db_open_py(), every other one to the real db_open (dlsym RTLD_NEXT).
+ * Samba reaches every database through db_open(), exported by libsmbconf
+ * (from 4.25 through db_open_ex(), which db_open calls). This library
+ * defines both: a database enabled in smb.conf goes to db_open_py(), every
+ * other one to the real function (dlsym RTLD_NEXT).
  *
  *   dbwrap_py:module = tdb                  adapter: short name or dotted module
  *   dbwrap_py:locking.tdb = yes             which databases go through the bridge
@@ -38,6 +39,11 @@
 typedef struct db_context *(*db_open_fn)(TALLOC_CTX *, const char *, int, int,
 					 int, mode_t, enum dbwrap_lock_order,
 					 uint64_t);
+typedef struct db_context *(*db_open_ex_fn)(TALLOC_CTX *, struct tevent_context *,
+					    struct messaging_context *,
+					    struct ctdbd_connection *, const char *,
+					    int, int, int, mode_t,
+					    enum dbwrap_lock_order, uint64_t);
 
 struct preload_conf {
 	const char *module;
@@ -248,33 +254,93 @@ static struct db_context *preload_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	return db;
 }
 
+/* The next definition of `symbol` (Samba's own), or NULL after a log line. */
+static void *real_opener(const char *name, const char *symbol)
+{
+	/* looked up per call: opens are rare, and this keeps no global state */
+	void *fn = dlsym(RTLD_NEXT, symbol);
+
+	if (fn == NULL) {
+		dbwrap_py_log(name != NULL ? name : "?", "open",
+			      "the real %s was not found: %s", symbol, dlerror());
+		errno = ENOSYS;
+	}
+	return fn;
+}
+
+static bool routed_to_bridge(const char *name)
+{
+	return name != NULL &&
+	       lp_parm_bool(-1, "dbwrap_py", db_basename(name), false);
+}
+
+/* A database smb.conf routes to the bridge: opened there, or refused. */
+static struct db_context *preload_open_routed(TALLOC_CTX *mem_ctx,
+					      const char *name, int hash_size,
+					      int tdb_flags, int open_flags,
+					      mode_t mode,
+					      enum dbwrap_lock_order lock_order,
+					      uint64_t dbwrap_flags)
+{
+	if (!dbwrap_py_samba_version_matches()) {
+		dbwrap_py_log(name, "open", "not opened: the bridge is off in "
+			      "this Samba (built for %s)", DBWRAP_PY_SAMBA_VERSION);
+		errno = ENOTSUP;
+		return NULL;
+	}
+	return preload_open_py(mem_ctx, name, hash_size, tdb_flags, open_flags,
+			       mode, lock_order, dbwrap_flags);
+}
+
+/*
+ * Up to 4.24 every open comes here. From 4.25 Samba's db_open() calls
+ * db_open_ex() below (which g_lock also calls), so a database not routed
+ * here is still seen there: both apply the same routing.
+ */
 struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
 			   int hash_size, int tdb_flags, int open_flags,
 			   mode_t mode, enum dbwrap_lock_order lock_order,
 			   uint64_t dbwrap_flags)
 {
 	db_open_fn real_db_open;
-	bool bridge_on = dbwrap_py_samba_version_matches();
 
-	if (name != NULL && lp_parm_bool(-1, "dbwrap_py", db_basename(name), false)) {
-		if (!bridge_on) {
-			dbwrap_py_log(name, "open", "not opened: the bridge is "
-				      "off in this Samba (built for %s)",
-				      DBWRAP_PY_SAMBA_VERSION);
-			errno = ENOTSUP;
-			return NULL;
-		}
-		return preload_open_py(mem_ctx, name, hash_size, tdb_flags,
-				       open_flags, mode, lock_order, dbwrap_flags);
+	dbwrap_py_samba_version_matches(); /* logs a mismatch once */
+	if (routed_to_bridge(name)) {
+		return preload_open_routed(mem_ctx, name, hash_size, tdb_flags,
+					   open_flags, mode, lock_order,
+					   dbwrap_flags);
 	}
-	/* looked up per call: db_open is rare, and this keeps no global state */
-	real_db_open = (db_open_fn)dlsym(RTLD_NEXT, "db_open");
-	if (real_db_open == NULL) {
-		dbwrap_py_log(name != NULL ? name : "?", "open",
-			      "the real db_open was not found: %s", dlerror());
-		errno = ENOSYS;
-		return NULL;
+	real_db_open = (db_open_fn)real_opener(name, "db_open");
+	return real_db_open == NULL ? NULL
+		: real_db_open(mem_ctx, name, hash_size, tdb_flags, open_flags,
+			       mode, lock_order, dbwrap_flags);
+}
+
+/*
+ * Samba 4.25's db_open_ex (the event, messaging and ctdb contexts are for
+ * Samba's own backends). Defined in every build, so that a preload built for
+ * an older release, loaded into 4.25, still refuses what smb.conf routes to
+ * the bridge instead of leaving g_lock.tdb on a local tdb.
+ */
+struct db_context *db_open_ex(TALLOC_CTX *mem_ctx, struct tevent_context *ev,
+			      struct messaging_context *msg,
+			      struct ctdbd_connection *ctdb_conn,
+			      const char *name, int hash_size, int tdb_flags,
+			      int open_flags, mode_t mode,
+			      enum dbwrap_lock_order lock_order,
+			      uint64_t dbwrap_flags)
+{
+	db_open_ex_fn real_db_open_ex;
+
+	dbwrap_py_samba_version_matches();
+	if (routed_to_bridge(name)) {
+		return preload_open_routed(mem_ctx, name, hash_size, tdb_flags,
+					   open_flags, mode, lock_order,
+					   dbwrap_flags);
 	}
-	return real_db_open(mem_ctx, name, hash_size, tdb_flags, open_flags,
-			    mode, lock_order, dbwrap_flags);
+	real_db_open_ex = (db_open_ex_fn)real_opener(name, "db_open_ex");
+	return real_db_open_ex == NULL ? NULL
+		: real_db_open_ex(mem_ctx, ev, msg, ctdb_conn, name, hash_size,
+				  tdb_flags, open_flags, mode, lock_order,
+				  dbwrap_flags);
 }

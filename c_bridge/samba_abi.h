@@ -6,15 +6,27 @@
  * libdbwrap-private-samba.so.0). Everything below is declared here, once,
  * from the facts; no Samba code is copied.
  *
- * Checked against the tags samba-4.17.12 (Debian 12), samba-4.22.11
- * (Debian 13), samba-4.23.11 and samba-4.24.0 of Samba's git:
- * - lib/dbwrap/dbwrap_private.h (struct db_context, struct db_record) is the
- *   same blob in all four (3ac5ebf9), so are source3/lib/dbwrap/dbwrap_open.h
- *   (db_open) and lib/tdb/include/tdb.h; db_open_tdb, db_open_rbt,
- *   enum dbwrap_lock_order, every dbwrap_* front-end function declared
- *   below, lp_parm_bool/lp_parm_int/lp_dump, samba_version_string, nt_errstr
- *   and the debug calls have the same prototypes. The layouts are identical.
- * - What differs is behaviour: from 4.22.1 db_open() reads
+ * The releases checked, and how (the table below is the one place that
+ * says which releases the bridge builds for):
+ * - 4.17.12 to 4.24.x: lib/dbwrap/dbwrap_private.h (struct db_context,
+ *   struct db_record) is the same blob at the tags samba-4.17.12,
+ *   samba-4.22.11, samba-4.23.11 and samba-4.24.0 (3ac5ebf9), and no commit
+ *   touched it on those branches after June 2021; so are
+ *   source3/lib/dbwrap/dbwrap_open.h (db_open) and lib/tdb/include/tdb.h.
+ *   db_open_tdb, db_open_rbt, enum dbwrap_lock_order, every dbwrap_*
+ *   front-end function declared below, lp_parm_bool/lp_parm_int/lp_dump,
+ *   samba_version_string, nt_errstr and the debug calls have the same
+ *   prototypes. Debian's 4.17.12, 4.22.11 and 4.24.7 binaries read the same
+ *   offsets (scripts/samba-abi-probe.sh).
+ * - 4.25.1: Samba's master of August 2026 (4.25.0pre1; the 4.25.1 source is
+ *   not in Debian's registry here) and Debian sid's 4.25.1 binaries, whose
+ *   accessors read the offsets of the 4.25 layout below. struct db_context
+ *   gained traverse_per_rec_persistent_read (after traverse_read) and
+ *   `uint64_t flags` (before lock_order), and wipe takes a struct
+ *   dbwrap_wipe_flags; struct db_record gained `flags` (before
+ *   private_data). db_open() now calls db_open_ex(), which g_lock also
+ *   calls directly: the preload takes over db_open_ex too.
+ * - What differs is also behaviour: from 4.22.1 db_open() reads
  *   "tdb_hash_size:<db>" (DBWRAP_PY_SAMBA_DB_OPEN_TDB_HASH_SIZE below);
  *   every release reads "tdb_hashsize:<db>" when the caller passes 0.
  *   dbwrap_merge_dbufs() and g_lock_lock() changed signature in 4.18; the
@@ -39,8 +51,21 @@
 #if !defined(DBWRAP_PY_SAMBA_VERSION) || !defined(DBWRAP_PY_SAMBA_VERSION_NUMBER)
 #error "build with make: it passes the installed Samba's version (DBWRAP_PY_SAMBA_VERSION)"
 #endif
-#if DBWRAP_PY_SAMBA_VERSION_NUMBER < 41712 || DBWRAP_PY_SAMBA_VERSION_NUMBER >= 42500
-#warning "samba_abi.h was not checked against this Samba: compare lib/dbwrap/dbwrap_private.h"
+
+/*
+ * The table of checked releases. Any other release is a build error, never
+ * a guess: a wrong layout makes smbd read its lock order from the wrong
+ * place and panic. To add one, compare its lib/dbwrap/dbwrap_private.h,
+ * lib/dbwrap/dbwrap.h and source3/lib/dbwrap/dbwrap_open.h with the
+ * declarations below, run scripts/samba-abi-probe.sh on its samba-libs
+ * package, and extend the table.
+ */
+#if DBWRAP_PY_SAMBA_VERSION_NUMBER >= 41712 && DBWRAP_PY_SAMBA_VERSION_NUMBER < 42500
+#define DBWRAP_PY_SAMBA_4_25_LAYOUT 0
+#elif DBWRAP_PY_SAMBA_VERSION_NUMBER == 42501
+#define DBWRAP_PY_SAMBA_4_25_LAYOUT 1
+#else
+#error "samba_abi.h was not checked against this Samba release (see DBWRAP_PY_SAMBA_VERSION on the command line): checked are 4.17.12 to 4.24.x and 4.25.1. Compare its lib/dbwrap/dbwrap_private.h and source3/lib/dbwrap/dbwrap_open.h with samba_abi.h, run scripts/samba-abi-probe.sh, then add the release to the table in samba_abi.h."
 #endif
 
 /* 4.22.1 (commit ae0a023845d): db_open() takes hash_size from "tdb_hash_size:<db>" */
@@ -83,11 +108,24 @@ enum dbwrap_lock_order {
 	DBWRAP_LOCK_ORDER_4 = 4,
 };
 
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+/* lib/dbwrap/dbwrap.h, 4.25 */
+#define DBWRAP_FLAG_PER_REC_PERSISTENT 0x0000000000000002ULL /* db_open */
+#define DBWRAP_STORE_PERSISTENT 0x100 /* a store flag, beside tdb's */
+struct db_record_flags {
+	bool persistent : 1;
+};
+struct dbwrap_wipe_flags {
+	bool wipe_default : 1;
+	bool wipe_persistent_backup_db : 1; /* DBWRAP_DROP_PERSISTENT */
+};
+#endif
+
 enum dbwrap_req_state;
 struct tevent_context;
 struct tevent_req;
 
-/* lib/dbwrap/dbwrap_private.h (the same from 4.17.12 to 4.24.0) */
+/* lib/dbwrap/dbwrap_private.h (4.25: flags) */
 struct db_record {
 	struct db_context *db;
 	TDB_DATA key, value;
@@ -95,6 +133,9 @@ struct db_record {
 	NTSTATUS (*storev)(struct db_record *rec, const TDB_DATA *dbufs,
 			   int num_dbufs, int flag);
 	NTSTATUS (*delete_rec)(struct db_record *rec);
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	struct db_record_flags flags;
+#endif
 	void *private_data;
 };
 
@@ -104,7 +145,7 @@ typedef void (*dbwrap_do_locked_fn)(struct db_record *rec, TDB_DATA value,
 				    void *private_data);
 typedef int (*dbwrap_traverse_fn)(struct db_record *rec, void *private_data);
 
-/* lib/dbwrap/dbwrap_private.h (the same from 4.17.12 to 4.24.0) */
+/* lib/dbwrap/dbwrap_private.h (4.25: three changes, marked) */
 struct db_context {
 	struct db_record *(*fetch_locked)(struct db_context *db,
 					  TALLOC_CTX *mem_ctx,
@@ -113,6 +154,11 @@ struct db_context {
 			void *private_data);
 	int (*traverse_read)(struct db_context *db, dbwrap_traverse_fn f,
 			     void *private_data);
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	int (*traverse_per_rec_persistent_read)(struct db_context *db,
+						dbwrap_traverse_fn f,
+						void *private_data);
+#endif
 	int (*get_seqnum)(struct db_context *db);
 	int (*transaction_start)(struct db_context *db);
 	NTSTATUS (*transaction_start_nonblock)(struct db_context *db);
@@ -133,12 +179,19 @@ struct db_context {
 	NTSTATUS (*do_locked)(struct db_context *db, TDB_DATA key,
 			      dbwrap_do_locked_fn fn, void *private_data);
 	int (*exists)(struct db_context *db, TDB_DATA key);
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	int (*wipe)(struct db_context *db, struct dbwrap_wipe_flags flags);
+#else
 	int (*wipe)(struct db_context *db);
+#endif
 	int (*check)(struct db_context *db);
 	size_t (*id)(struct db_context *db, uint8_t *id, size_t idlen);
 
 	const char *name;
 	void *private_data;
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	uint64_t flags; /* db_open's dbwrap_flags */
+#endif
 	enum dbwrap_lock_order lock_order;
 	bool persistent;
 };
@@ -153,6 +206,16 @@ struct db_context *db_open(TALLOC_CTX *mem_ctx, const char *name,
 			   int hash_size, int tdb_flags, int open_flags,
 			   mode_t mode, enum dbwrap_lock_order lock_order,
 			   uint64_t dbwrap_flags);
+/* 4.25 (absent before): db_open calls it, and so does g_lock (g_lock.tdb) */
+struct messaging_context;
+struct ctdbd_connection;
+struct db_context *db_open_ex(TALLOC_CTX *mem_ctx, struct tevent_context *ev,
+			      struct messaging_context *msg,
+			      struct ctdbd_connection *ctdb_conn,
+			      const char *name, int hash_size, int tdb_flags,
+			      int open_flags, mode_t mode,
+			      enum dbwrap_lock_order lock_order,
+			      uint64_t dbwrap_flags);
 struct db_context *db_open_tdb(TALLOC_CTX *mem_ctx, const char *name,
 			       int hash_size, int tdb_flags, int open_flags,
 			       mode_t mode, enum dbwrap_lock_order lock_order,
@@ -184,7 +247,11 @@ NTSTATUS dbwrap_parse_record(struct db_context *db, TDB_DATA key,
 			     dbwrap_parser_fn parser, void *private_data);
 NTSTATUS dbwrap_trans_store(struct db_context *db, TDB_DATA key, TDB_DATA dbuf,
 			    int flag);
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+int dbwrap_wipe(struct db_context *db, struct dbwrap_wipe_flags flags);
+#else
 int dbwrap_wipe(struct db_context *db);
+#endif
 int dbwrap_check(struct db_context *db);
 int dbwrap_get_seqnum(struct db_context *db);
 int dbwrap_transaction_start(struct db_context *db);

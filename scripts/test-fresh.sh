@@ -7,7 +7,8 @@
 # type them. The clone takes the committed HEAD: uncommitted changes are not
 # tested. Needs root (debootstrap, mount, chroot).
 #
-#   FRESH_SUITE=trixie   a Debian 13 root (make test-trixie); bookworm by default
+#   FRESH_SUITE=trixie   a Debian 13 root (make test-trixie); bookworm by default;
+#                        sid: Debian unstable, Samba 4.25 (make test-sid)
 #   FRESH_TARGETS="..."  the make targets, in order; "demo test-setup" by default
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too

@@ -12,6 +12,7 @@
 copy_apt_sources() {
     local root=$1 f from to
     from=$(host_suite) to=$fresh_suite
+    [ "$to" != sid ] || { sid_apt_sources "$root"; return; }
     rm -f "$root/etc/apt/sources.list"
     for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
         [ -e "$f" ] || continue
@@ -20,6 +21,18 @@ copy_apt_sources() {
     for f in /etc/apt/trusted.gpg.d /etc/apt/keyrings; do
         [ ! -d "$f" ] || { mkdir -p "$root$f"; cp -a "$f/." "$root$f/"; }
     done
+}
+
+# sid (Samba 4.25) has no -updates or -security suites: one source, the
+# host's mirror. Its Release file is past its Valid-Until date on this
+# machine's clock, which apt refuses unless told not to check.
+sid_apt_sources() {
+    local root=$1 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    rm -f "$root/etc/apt/sources.list"
+    mkdir -p "$root/etc/apt/sources.list.d" "$root/etc/apt/apt.conf.d"
+    printf 'Types: deb\nURIs: %s\nSuites: sid\nComponents: main\nSigned-By: %s\n' \
+        "$(host_mirror)" "$keyring" > "$root/etc/apt/sources.list.d/debian.sources"
+    echo 'Acquire::Check-Valid-Until "false";' > "$root/etc/apt/apt.conf.d/99sid-valid-until"
 }
 
 # Only the certificates the machine adds: the root's ca-certificates package,

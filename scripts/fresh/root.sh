@@ -1,5 +1,5 @@
-# test-fresh: the bare Debian root (FRESH_SUITE: bookworm, the default, or
-# trixie). debootstrap's minbase plus make (one needs it to type `make`),
+# test-fresh: the bare Debian root (FRESH_SUITE: bookworm, the default,
+# trixie, or sid for Samba 4.25). debootstrap's minbase plus make (one needs it to type `make`),
 # nothing more: whatever else the project needs, its own commands must
 # install. Cached as a tar.zst, so that later runs re-create the root in
 # about a second.

@@ -53,6 +53,7 @@ BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
               c_bridge/errno_map.c c_bridge/log.c c_bridge/options.c c_bridge/inproc_loader.c \
               c_bridge/locked_copy.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
               c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
+              c_bridge/per_rec_persistent.c \
               $(NODECACHE)/_core.c
 INPROC_SRC := c_bridge/transport_inproc.c c_bridge/inproc_python.c c_bridge/inproc_native.c \
               c_bridge/py_runtime.c

@@ -20,6 +20,7 @@
 #include "inproc_loader.h"
 #include "log.h"
 #include "options.h"
+#include "per_rec_persistent.h"
 #include "transport.h"
 
 typedef NTSTATUS (*db_py_storev_fn)(struct db_record *rec, const TDB_DATA *dbufs,
@@ -435,9 +436,8 @@ static int db_py_transaction_cancel(struct db_context *db)
 
 #if DBWRAP_PY_SAMBA_4_25_LAYOUT
 /*
- * 4.25's flags say whether a per-record-persistent database keeps its
- * persistent records; the bridge opens no such database (db_open_py), so
- * every wipe is the whole database.
+ * 4.25's flags matter to a per-record-persistent database only, which is
+ * per_rec_persistent.c's; this one has no persistent records to keep.
  */
 static int db_py_wipe(struct db_context *db, struct dbwrap_wipe_flags flags)
 #else
@@ -485,7 +485,7 @@ static void db_py_set_ops(struct db_context *db)
 	db->fetch_locked = db_py_fetch_locked;
 	db->traverse = db_py_traverse;
 	db->traverse_read = db_py_traverse_read;
-	/* 4.25's traverse_per_rec_persistent_read stays NULL (NOT_SUPPORTED): no per-record-persistent database is opened */
+	/* 4.25's traverse_per_rec_persistent_read stays NULL: per_rec_persistent.c has it */
 	db->get_seqnum = db_py_get_seqnum;
 	db->transaction_start = db_py_transaction_start;
 	db->transaction_start_nonblock = db_py_transaction_start_nonblock;
@@ -514,26 +514,6 @@ static const struct dbwrap_py_transport *db_py_pick_transport(const char *dbname
 	return NULL;
 }
 
-/*
- * Samba 4.25 opens smbXsrv_open_global, locking and brlock with
- * DBWRAP_FLAG_PER_REC_PERSISTENT when "persistent handles" is on: records
- * stored with DBWRAP_STORE_PERSISTENT must outlive a restart. The bridge
- * does not keep that promise yet, so it refuses the open, with one log line,
- * rather than lose a persistent handle's state.
- */
-static bool db_py_flags_served(const char *name, uint64_t dbwrap_flags)
-{
-#if DBWRAP_PY_SAMBA_4_25_LAYOUT
-	if (dbwrap_flags & DBWRAP_FLAG_PER_REC_PERSISTENT) {
-		dbwrap_py_log(name != NULL ? name : "?", "open",
-			      "not opened: per-record persistence (Samba's "
-			      "persistent handles) is not served by dbwrap_py yet");
-		return false;
-	}
-#endif
-	return true;
-}
-
 struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 			      int hash_size, int tdb_flags, int open_flags,
 			      mode_t mode, enum dbwrap_lock_order lock_order,
@@ -551,10 +531,13 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	struct db_py_ctx *ctx;
 	NTSTATUS status;
 
-	if (!db_py_flags_served(name, dbwrap_flags)) {
-		errno = ENOTSUP;
-		return NULL;
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	if (dbwrap_flags & DBWRAP_FLAG_PER_REC_PERSISTENT) {
+		return dbwrap_py_open_per_rec_persistent(
+			mem_ctx, name, hash_size, tdb_flags, open_flags, mode,
+			lock_order, dbwrap_flags, adapter, options);
 	}
+#endif
 	db = talloc_zero(mem_ctx, struct db_context);
 	if (db == NULL) {
 		errno = ENOMEM;

@@ -252,6 +252,21 @@ int dbwrap_wipe(struct db_context *db, struct dbwrap_wipe_flags flags);
 #else
 int dbwrap_wipe(struct db_context *db);
 #endif
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+struct db_record_flags dbwrap_record_get_flags(struct db_record *rec);
+NTSTATUS dbwrap_traverse_per_rec_persistent_read(struct db_context *db,
+						 dbwrap_traverse_fn f,
+						 void *private_data, int *count);
+#endif
+/* dbwrap_wipe() of the database (4.25: not a per-record-persistent one's copies) */
+static inline int dbwrap_py_wipe(struct db_context *db)
+{
+#if DBWRAP_PY_SAMBA_4_25_LAYOUT
+	return dbwrap_wipe(db, (struct dbwrap_wipe_flags){ .wipe_default = true });
+#else
+	return dbwrap_wipe(db);
+#endif
+}
 int dbwrap_check(struct db_context *db);
 int dbwrap_get_seqnum(struct db_context *db);
 int dbwrap_transaction_start(struct db_context *db);

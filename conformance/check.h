@@ -123,5 +123,6 @@ extern const struct check transaction_checks[];
 extern const struct check database_checks[];
 extern const struct check locking_checks[];
 extern const struct check history_checks[];
+extern const struct check persistence_checks[];
 
 #endif /* DBWRAP_PY_CHECK_H */

@@ -79,7 +79,7 @@ static enum result check_wipe(const struct target *t, const char *dir)
 		CHECK_STATUS(dbwrap_store(db, str_data(key), str_data("v"), 0), NT_STATUS_OK,
 			     "store");
 	}
-	CHECK(dbwrap_wipe(db) == 0, "wipe failed");
+	CHECK(dbwrap_py_wipe(db) == 0, "wipe failed");
 	CHECK_STATUS(dbwrap_traverse_read(db, NULL, NULL, &count), NT_STATUS_OK,
 		     "traverse_read after wipe");
 	CHECK(count == 0, "%d records left after wipe", count);

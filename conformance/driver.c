@@ -40,7 +40,7 @@ struct run_config {
 
 static const struct check *const groups[] = {
 	kv_checks, traverse_checks, transaction_checks, database_checks,
-	locking_checks, history_checks, NULL,
+	locking_checks, history_checks, persistence_checks, NULL,
 };
 
 static void json_string(FILE *f, const char *s)

@@ -18,15 +18,22 @@ struct db_context *open_db(TALLOC_CTX *mem_ctx, const struct backend *b,
 			   const char *dir, const char *file, int tdb_flags,
 			   enum dbwrap_lock_order order)
 {
+	return reopen_db(mem_ctx, b, dir, file, tdb_flags, order, 0);
+}
+
+struct db_context *reopen_db(TALLOC_CTX *mem_ctx, const struct backend *b,
+			     const char *dir, const char *file, int tdb_flags,
+			     enum dbwrap_lock_order order, uint64_t dbwrap_flags)
+{
 	char *path = talloc_asprintf(mem_ctx, "%s/%s", dir, file);
 	struct db_context *db;
 
 	if (b->adapter == NULL) {
 		db = db_open_tdb(mem_ctx, path, 0, tdb_flags, O_RDWR | O_CREAT,
-				 0600, order, 0);
+				 0600, order, dbwrap_flags);
 	} else {
 		db = db_open_py(mem_ctx, path, 0, tdb_flags, O_RDWR | O_CREAT,
-				0600, order, 0, b->adapter, b->options);
+				0600, order, dbwrap_flags, b->adapter, b->options);
 	}
 	if (db == NULL) {
 		fprintf(stderr, "    open %s on %s failed: %s\n", path, b->name,

@@ -31,6 +31,11 @@ struct db_context *open_db(TALLOC_CTX *mem_ctx, const struct backend *b,
 			   const char *dir, const char *file, int tdb_flags,
 			   enum dbwrap_lock_order order);
 
+/* open_db with db_open's dbwrap_flags (DBWRAP_FLAG_*); again on the same file. */
+struct db_context *reopen_db(TALLOC_CTX *mem_ctx, const struct backend *b,
+			     const char *dir, const char *file, int tdb_flags,
+			     enum dbwrap_lock_order order, uint64_t dbwrap_flags);
+
 /* Reason a check skipped or failed; printed in the result table. */
 extern char result_note[256];
 
@@ -65,6 +70,7 @@ extern const struct test_case semantics_tests[];
 extern const struct test_case process_tests[];
 extern const struct test_case error_tests[];
 extern const struct test_case quiet_tests[];
+extern const struct test_case per_rec_tests[]; /* Samba 4.25 on: else empty */
 
 /*
  * Runs fn(arg) in n children at once and waits at most `seconds` for all.

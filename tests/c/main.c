@@ -145,6 +145,7 @@ int main(int argc, char **argv)
 	run_group(semantics_tests, filter, root, &index);
 	run_group(process_tests, filter, root, &index);
 	run_group(quiet_tests, filter, root, &index);
+	run_group(per_rec_tests, filter, root, &index);
 	run_bridge_only(error_tests, filter, root, &index);
 
 	nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -380,12 +380,7 @@ static enum result test_misc(const struct backend *b, const char *dir)
 	CHECK(dbwrap_db_id(db, id2, sizeof(id2)) == idlen1, "id length changed");
 	CHECK(memcmp(id1, id2, idlen1) == 0, "db id must be stable");
 
-#if DBWRAP_PY_SAMBA_4_25_LAYOUT
-	CHECK(dbwrap_wipe(db, (struct dbwrap_wipe_flags){ .wipe_default = true }) == 0,
-	      "wipe failed");
-#else
-	CHECK(dbwrap_wipe(db) == 0, "wipe failed");
-#endif
+	CHECK(dbwrap_py_wipe(db) == 0, "wipe failed");
 	CHECK_STATUS(dbwrap_traverse_read(db, count_fn, NULL, &count), NT_STATUS_OK);
 	CHECK(count == 0, "%d records after wipe", count);
 	talloc_free(mem);

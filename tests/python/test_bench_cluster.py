@@ -89,7 +89,7 @@ def test_the_unclist_names_every_node_and_the_command_one_port(tmp_path):
     assert unclist.read_text() == "//127.0.0.1/test\n//127.0.0.2/test\n//127.0.0.3/test\n"
     command = unclist_command(sambas, unclist, "smb2.bench.path-contention-shared", "torture:nprocs=4")
     assert f"--unclist={unclist}" in command
-    assert "--option=smb ports=4450" in command
+    assert "--smb-ports=4450" in command
     assert command[-2:] == ["--option=torture:nprocs=4", "smb2.bench.path-contention-shared"]
 
 

@@ -20,6 +20,22 @@ def test_parse_rates_leaves_out_the_first_second():
     assert not parse_rates(OUTPUT.replace("success", "failure")).ok
 
 
+# Samba 4.25's smbtorture: thousands grouped, fields separated by semicolons
+OUTPUT_4_25 = """\
+1.00 second: open[num/s=19,587;avslat=0.000109;minlat=0.000033;maxlat=0.002026] close[num/s=19,586;avslat=0.000095;minlat=0.000024;maxlat=0.001991]
+2.00 second: open[num/s=1,146;avslat=0.000106;minlat=0.000033;maxlat=0.002004] close[num/s=999;avslat=0.000103;minlat=0.000024;maxlat=0.002191]
+success: path-contention-shared
+"""
+
+
+def test_parse_rates_reads_4_25s_grouped_numbers():
+    rates = parse_rates(OUTPUT_4_25)
+    assert rates.ok
+    assert rates.opens == [19587, 1146]
+    assert rates.closes == [19586, 999]
+    assert rates.open_latency == [0.000109, 0.000106]
+
+
 def test_summary_uses_paired_ratios():
     def point(mode, opens):
         return Point(mode, 4, opens, opens, 0.0, 0.0, True)

@@ -74,7 +74,7 @@ RESULTS    := results
 
 .PHONY: help all deps venv venv-scylla clean check samba-abi-check samba-abi-offsets test test-fast test-c test-memcheck test-python \
 	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
-	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full \
+	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
@@ -278,8 +278,8 @@ test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
 	@FRESH_SUITE=trixie FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
 
 # Samba 4.25 (Debian sid): see scripts/fresh/registry-access.sh for the root's apt.
-test-sid: ## make demo and make test in a fresh Debian sid root (Samba 4.25)
-	@FRESH_SUITE=sid FRESH_TARGETS="demo test" scripts/test-fresh.sh
+test-sid: ## make demo, make test and the persistent-handle suites in a fresh Debian sid root (Samba 4.25)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo test test-torture-persistent" scripts/test-fresh.sh
 
 test-sid-core: ## make demo and make test-core in a fresh Debian sid root (Samba 4.25)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
@@ -415,6 +415,16 @@ TORTURE_CONFIGS_FULL := etcd,node_cache=write-through sqlite_leased,node_cache=y
 	rados,transport=proxy etcd,transport=proxy,node_cache=yes
 test-torture-matrix-full: all ## smbtorture on the node-cache and proxy configurations (make test-full)
 	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS_FULL))
+
+# SMB3 persistent handles (Samba 4.25): the persistent-handle suites on a
+# continuously available share, native against tdb, etcd (with and without
+# the node cache), rados and cassandra.
+TORTURE_PERSISTENT_CONFIGS := tdb etcd etcd,node_cache=yes rados cassandra
+test-torture-persistent: all ## Samba 4.25: the persistent-handle suites, every replicated adapter against native
+	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "test-torture-persistent: persistent" \
+		"handles need Samba 4.25 or later; this is $(SAMBA_VERSION) (make test-sid has 4.25)" >&2; exit 1; }
+	$(VPY) -m dbwrap_py.cli torture --persistent-handles --parallel $(TORTURE_PARALLEL) \
+		$(addprefix --config ,$(TORTURE_PERSISTENT_CONFIGS))
 
 # One configuration against native tdb, side by side, e.g.
 # make test-torture TORTURE_CONFIG=etcd,node_cache=yes (default: tdb).

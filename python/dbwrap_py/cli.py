@@ -292,7 +292,8 @@ def _cmd_torture(args: argparse.Namespace) -> int:
         print(f"dbwrap-py torture: {exc}", file=sys.stderr)
         return 2
     with ExitStack() as stack:  # each configuration's throwaway servers, stopped on the way out
-        setups = [smbtorture.setup_for("bridge", adapter, stack.enter_context(backend_options(adapter, options)))
+        setups = [smbtorture.setup_for("bridge", adapter, stack.enter_context(backend_options(adapter, options)),
+                                       persistent_handles=args.persistent_handles)
                   for adapter, options in configurations]
         return _compare_torture(args, setups)
 
@@ -317,7 +318,8 @@ def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -
     from dbwrap_py import smbtorture
     from dbwrap_py.bench.targets import display_name
 
-    suites = args.suite or list(smbtorture.SUITES)
+    suites = args.suite or list(smbtorture.PERSISTENT_SUITES if args.persistent_handles
+                                else smbtorture.SUITES)
     # fdb (model) says so; a column per setup, named in the legend
     names = [_torture_name(display_name(s.adapter, s.adapter_options), s.adapter_options) for s in setups]
     labels = names if len(setups) == 1 else [f"[{n}]" for n in range(1, len(setups) + 1)]
@@ -329,7 +331,9 @@ def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -
     def show(row: list[smbtorture.Comparison]) -> None:
         print("\n" + "\n".join(smbtorture.suite_table(row, labels)), flush=True)
 
-    rows = smbtorture.compare_matrix(suites, setups, parallel=args.parallel, progress=show)
+    native = smbtorture.setup_for("native", persistent_handles=args.persistent_handles)
+    rows = smbtorture.compare_matrix(suites, setups, parallel=args.parallel, progress=show,
+                                     native_setup=native)
     native_ok = sum(r == "success" for row in rows for r in row[0].native.results.values())
     failed = False
     print()
@@ -726,6 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
                               " of every suite; instead of --adapter and -o")
     torture.add_argument("--parallel", type=int, default=2, metavar="N",
                          help="smbtorture runs at a time, native and bridge together (default 2)")
+    torture.add_argument("--persistent-handles", action="store_true",
+                         help="Samba 4.25: persistent handles on, a continuously available share;"
+                              " the persistent-handle suites by default")
     demo = sub.add_parser("demo", help="the main job: smbd on the bridge against native tdb")
     demo.add_argument("--time", type=int, default=5)
     demo.add_argument("--nprocs", type=int, default=4)

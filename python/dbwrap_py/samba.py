@@ -64,6 +64,10 @@ class SambaSetup:
     log_level: int = 1
     #: the share's VFS modules (Debian: samba-vfs-modules), what smbtorture's suites expect
     share_vfs_objects: str = "acl_xattr streams_xattr"
+    #: more share parameters (e.g. continuous availability, Samba 4.25)
+    extra_share: Mapping[str, str] = field(default_factory=dict)
+    #: more shares on the same folder: name -> their own parameters
+    extra_shares: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     port: int | None = None
     #: seconds to wait for smbd to listen
     start_timeout: float = 30.0
@@ -266,5 +270,10 @@ class ThrowawaySamba(StartStop):
                 params[f"dbwrap_py:{key}"] = value
         lines = ["[global]"] + [f"\t{k} = {v}" for k, v in params.items()]
         lines += ["", f"[{SHARE}]", f"\tpath = {self.share_path}", "\tread only = no",
-                  f"\tvfs objects = {self.setup.share_vfs_objects}", ""]
+                  f"\tvfs objects = {self.setup.share_vfs_objects}"]
+        lines += [f"\t{k} = {v}" for k, v in self.setup.extra_share.items()] + [""]
+        for name, share in self.setup.extra_shares.items():
+            lines += [f"[{name}]", f"\tpath = {self.share_path}", "\tread only = no",
+                      f"\tvfs objects = {self.setup.share_vfs_objects}"]
+            lines += [f"\t{k} = {v}" for k, v in share.items()] + [""]
         return "\n".join(lines)

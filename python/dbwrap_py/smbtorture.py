@@ -40,6 +40,15 @@ SUITES = (
     "smb2.bench.path-contention-shared",
 )
 
+#: SMB3 persistent handles (Samba 4.25): with setup_for(persistent_handles=True);
+#: smb2.persistent-open-failover needs a cluster (the next issue)
+PERSISTENT_SUITES = (
+    "smb2.persistent-open",
+    "smb2.persistent-open-reconnect-contended",
+    "smb2.durable-v2-open",
+    "smb2.replay",
+)
+
 #: the suites that run longest, queued before the others so that a matrix
 #: never ends on one of them started last (measured on 2 cores, one run:
 #: smb2.lease 183-211 s, smb2.oplock 111-127 s, smb2.create 15-59 s; every
@@ -93,12 +102,31 @@ def torture_command(samba: ThrowawaySamba, test: str, *options: str) -> list[str
     ]
 
 
+#: SMB3 persistent handles (Samba 4.25, experimental there): what Samba's
+#: selftest gives its "fileserver" for smb2.persistent-* (selftest/target/
+#: Samba3.pm): the suites run on ca_fo_max_rwh and open fo and ca_fo too
+PERSISTENT_GLOBAL = {"persistent handles": "yes"}
+_FAILOVER_SHARE = {"smb3 share cap:CLUSTER": "yes", "smb3 share cap:SCALE OUT": "no"}
+PERSISTENT_SHARE = {**_FAILOVER_SHARE, "continuous availability": "yes",
+                    "smb3 ca:max lease mask": "RWH"}
+PERSISTENT_OTHER_SHARES = {
+    "fo": {**_FAILOVER_SHARE, "continuous availability": "no"},
+    "ca_fo": {**_FAILOVER_SHARE, "continuous availability": "yes"},
+    "ca_fo_max_rwh": PERSISTENT_SHARE,
+}
+
+
 def setup_for(mode: str, adapter: str = "tdb", options: dict[str, str] | None = None,
-              bridged: Sequence[str] = VOLATILE_DATABASES) -> SambaSetup:
-    """native tdb, or smbd's volatile databases (by default) on the bridge."""
+              bridged: Sequence[str] = VOLATILE_DATABASES,
+              persistent_handles: bool = False) -> SambaSetup:
+    """native tdb, or smbd's volatile databases (by default) on the bridge;
+    ``persistent_handles``: the test share continuously available (4.25)."""
+    extra = (dict(extra_global=PERSISTENT_GLOBAL, extra_share=PERSISTENT_SHARE,
+                  extra_shares=PERSISTENT_OTHER_SHARES) if persistent_handles else {})
     if mode == "native":
-        return SambaSetup()
-    return SambaSetup(bridged=tuple(bridged), adapter=adapter, adapter_options=options or {})
+        return SambaSetup(**extra)
+    return SambaSetup(bridged=tuple(bridged), adapter=adapter, adapter_options=options or {},
+                      **extra)
 
 
 def run_suite(suite: str, setup: SambaSetup, mode: str, timeout: float = 1800) -> SuiteRun:
@@ -148,7 +176,8 @@ class Comparison:
 
 def compare_matrix(suites: Sequence[str], bridge_setups: Sequence[SambaSetup], parallel: int = 2,
                    retry: bool = True,
-                   progress: Callable[[list[Comparison]], None] | None = None) -> list[list[Comparison]]:
+                   progress: Callable[[list[Comparison]], None] | None = None,
+                   native_setup: SambaSetup | None = None) -> list[list[Comparison]]:
     """Each suite once natively and once on every bridge setup, ``parallel``
     runs at a time, each compared with the suite's one native run.
 
@@ -158,8 +187,9 @@ def compare_matrix(suites: Sequence[str], bridge_setups: Sequence[SambaSetup], p
     waits on smbd's timers, so several fit on two cores. A subtest that
     passes natively and fails through the bridge is then retried (below).
     Returns, per suite in the order given, one Comparison per setup;
-    ``progress`` gets each suite's row, in that order, once it is judged."""
-    native_setup = setup_for("native")
+    ``progress`` gets each suite's row, in that order, once it is judged;
+    ``native_setup``: the native smbd's (default: setup_for("native"))."""
+    native_setup = native_setup or setup_for("native")
     # at least 2: a bridge run blocks its worker on the native run of its suite
     with ThreadPoolExecutor(max_workers=max(2, parallel)) as pool:
         queued: dict[str, list[Future[Comparison]]] = {}

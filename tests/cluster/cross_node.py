@@ -16,7 +16,7 @@ import uuid
 from contextlib import AbstractContextManager
 
 from dbwrap_py.cluster.samba_cluster import SambaCluster
-from smb_client import (OPLOCK_II, READ, SHARE_ALL, SHARE_READ, WRITE, BreakWatch, SmbClient, smb_client,
+from dbwrap_py.testing.smb_client import (OPLOCK_II, READ, SHARE_ALL, SHARE_READ, WRITE, BreakWatch, SmbClient, smb_client,
                         status_of)
 
 

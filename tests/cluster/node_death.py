@@ -37,7 +37,7 @@ from cross_node import (NT_STATUS_SHARING_VIOLATION, NT_STATUS_LOCK_NOT_GRANTED,
 from dbwrap_py.cluster.ctdb import CtdbError, node_states
 from dbwrap_py.cluster.processes import still_running
 from dbwrap_py.cluster.samba_cluster import SambaCluster
-from smb_client import OPLOCK_BATCH, READ, SHARE_ALL, SHARE_READ, WRITE, SmbClient, status_of
+from dbwrap_py.testing.smb_client import OPLOCK_BATCH, READ, SHARE_ALL, SHARE_READ, WRITE, SmbClient, status_of
 
 #: seconds past the lease and ctdb's recovery a busy 2-core host may need
 MARGIN = 6.0

@@ -1,6 +1,7 @@
-"""An SMB2 client for the cross-node checks: smbprotocol (pure Python; it
-takes a port, share access, byte-range locks and oplock levels, which
-smbclient and Samba's 4.17 bindings do not all offer).
+"""An SMB2 client for the cross-node checks and persistent handles:
+smbprotocol (pure Python; it takes a port, share access, byte-range locks,
+oplock levels and durable-handle contexts, which smbclient and Samba's 4.17
+bindings do not all offer).
 
 smbprotocol does not handle a server's unsolicited oplock break: its reader
 thread stops on one. ``BreakWatch`` sits between the client and smbd, a
@@ -18,8 +19,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from smbprotocol.connection import Connection
-from smbprotocol.create_contexts import SMB2CreateDurableHandleRequest, SMB2CreateDurableHandleResponse
+from smbprotocol.connection import Capabilities, Connection, Dialects
+from smbprotocol.create_contexts import (CreateContextName, DurableHandleFlags, SMB2CreateContextRequest,
+                                         SMB2CreateDurableHandleReconnectV2, SMB2CreateDurableHandleRequest,
+                                         SMB2CreateDurableHandleRequestV2, SMB2CreateDurableHandleResponse,
+                                         SMB2CreateDurableHandleResponseV2)
 from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.open import (CreateDisposition, CreateOptions, FileAttributes, FilePipePrinterAccessMask,
                               ImpersonationLevel, LockFlags, Open, RequestedOplockLevel, ShareAccess,
@@ -33,9 +37,16 @@ READ = FilePipePrinterAccessMask.FILE_READ_DATA | FilePipePrinterAccessMask.FILE
 WRITE = READ | FilePipePrinterAccessMask.FILE_WRITE_DATA
 SHARE_READ = ShareAccess.FILE_SHARE_READ
 SHARE_ALL = ShareAccess.FILE_SHARE_READ | ShareAccess.FILE_SHARE_WRITE | ShareAccess.FILE_SHARE_DELETE
+#: a persistent handle's open: FILE_OVERWRITE_IF needs more than WRITE
+READ_WRITE = FilePipePrinterAccessMask.GENERIC_READ | FilePipePrinterAccessMask.GENERIC_WRITE
 OPLOCK_II = RequestedOplockLevel.SMB2_OPLOCK_LEVEL_II
 #: a durable handle (SMB2_CREATE_DURABLE_HANDLE_REQUEST) needs a batch oplock (or a handle lease)
 OPLOCK_BATCH = RequestedOplockLevel.SMB2_OPLOCK_LEVEL_BATCH
+
+#: what a disconnected persistent handle's share mode answers another opener
+STATUS_FILE_NOT_AVAILABLE = 0xC0000467
+STATUS_RANGE_NOT_LOCKED = 0xC000007E
+STATUS_OBJECT_NAME_NOT_FOUND = 0xC0000034
 
 SMB2_OPLOCK_BREAK = 0x12
 UNSOLICITED = 0xFFFFFFFFFFFFFFFF
@@ -54,9 +65,12 @@ def status_of(call) -> int:
 class SmbClient:
     """One connection, session and tree connect to a node's share."""
 
-    def __init__(self, address: str, port: int) -> None:
-        self.connection = Connection(uuid.uuid4(), address, port)
-        self.connection.connect(timeout=TIMEOUT)
+    def __init__(self, address: str, port: int, client_guid: uuid.UUID | None = None) -> None:
+        """``client_guid``: the same one again to reclaim handles after a reconnect."""
+        self.connection = Connection(client_guid or uuid.uuid4(), address, port)
+        # persistent handles (SMB 3): the client must say it takes them
+        self.connection.client_capabilities |= Capabilities.SMB2_GLOBAL_CAP_PERSISTENT_HANDLES
+        self.connection.connect(Dialects.SMB_3_1_1, timeout=TIMEOUT)
         self.session = Session(self.connection, TEST_USER, TEST_PASSWORD, require_encryption=False)
         self.session.connect()
         self.tree = TreeConnect(self.session, rf"\\{address}\{SHARE}")
@@ -71,6 +85,39 @@ class SmbClient:
                                 oplock_level=oplock or RequestedOplockLevel.SMB2_OPLOCK_LEVEL_NONE,
                                 create_contexts=[SMB2CreateDurableHandleRequest()] if durable else None)
         handle.durable = any(isinstance(reply, SMB2CreateDurableHandleResponse) for reply in replies or ())
+        return handle
+
+    def open_persistent(self, name: str, create_guid: uuid.UUID, timeout_ms: int = 60000) -> Open:
+        """A new file, read-write, with a persistent handle asked for
+        (SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2, no oplock: Samba 4.25 grants
+        none with one); ``handle.persistent`` says if it was granted."""
+        request = SMB2CreateDurableHandleRequestV2()
+        request["timeout"] = timeout_ms
+        request["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
+        request["create_guid"] = create_guid
+        handle = Open(self.tree, name)
+        replies = handle.create(ImpersonationLevel.Impersonation, READ_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                                SHARE_READ, CreateDisposition.FILE_OVERWRITE_IF,
+                                CreateOptions.FILE_NON_DIRECTORY_FILE,
+                                create_contexts=[_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2,
+                                                          request)])
+        handle.persistent = any(isinstance(reply, SMB2CreateDurableHandleResponseV2) and
+                                reply["flags"].has_flag(DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT)
+                                for reply in replies or ())
+        return handle
+
+    def reclaim(self, name: str, file_id: bytes, create_guid: uuid.UUID) -> Open:
+        """Reconnect to a persistent handle (SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2)
+        after the connection, or the server, went away."""
+        request = SMB2CreateDurableHandleReconnectV2()
+        request["file_id"] = file_id
+        request["create_guid"] = create_guid
+        request["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
+        handle = Open(self.tree, name)
+        handle.create(ImpersonationLevel.Impersonation, READ_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                      SHARE_READ, CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE,
+                      create_contexts=[_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2,
+                                                request)])
         return handle
 
     @staticmethod
@@ -89,6 +136,13 @@ class SmbClient:
     def abandon(self) -> None:
         """Drop the connection without a word to the server (it is dead)."""
         self.connection.disconnect(False)
+
+
+def _context(name: int, data: object) -> SMB2CreateContextRequest:
+    context = SMB2CreateContextRequest()
+    context["buffer_name"] = name
+    context["buffer_data"] = data
+    return context
 
 
 @contextmanager

@@ -76,7 +76,7 @@ RESULTS    := results
 	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
-	test-torture-core test-full bench-fdb-model demo bench bench-bridge bench-smb bench-memory-proxy \
+	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
@@ -281,8 +281,8 @@ test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
 test-sid: ## make demo, make test and the persistent-handle suites in a fresh Debian sid root (Samba 4.25)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo test test-torture-persistent" scripts/test-fresh.sh
 
-test-sid-core: ## make demo and make test-core in a fresh Debian sid root (Samba 4.25)
-	@FRESH_SUITE=sid FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
+test-sid-core: ## make demo, make check and tests/smb in a fresh Debian sid root (Samba 4.25; CI)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo check test-smb" scripts/test-fresh.sh
 
 # The core of make test: the C suite, pytest, conformance for tdb and etcd,
 # and smbtorture through bridge+tdb and bridge+etcd against native.
@@ -446,6 +446,13 @@ test-torture-scylla: all venv-scylla ## smbtorture on the scylla dialect (make t
 # The main job: a real smbd on the bridge, opens/s against native tdb.
 demo: all ## the main job: a real smbd on the bridge, opens/s against native tdb
 	@$(VPY) -m dbwrap_py.cli demo
+
+# Samba 4.25: persistent handles' cost, a CA share against a plain one.
+bench-ca: all ## Samba 4.25: opens/s with persistent handles, CA share against plain, native and bridged
+	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "bench-ca: persistent handles need" \
+		"Samba 4.25 or later; this is $(SAMBA_VERSION)" >&2; exit 1; }
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench ca --json $(RESULTS)/bench-ca.json
 
 # Measures only; never part of `make test`.
 bench-bridge: all $(BENCH_BIN) ## the bridge alone in C, and instructions per call (callgrind)

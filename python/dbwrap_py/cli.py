@@ -452,6 +452,36 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cmd_bench_ca(args: argparse.Namespace) -> int:
+    import json
+    from contextlib import ExitStack
+    from dataclasses import asdict
+
+    from dbwrap_py import smbtorture
+    from dbwrap_py.bench import ca
+    from dbwrap_py.bench.targets import display_name
+
+    configurations = torture_configurations(args.config or ["tdb", "etcd,node_cache=yes"], "tdb", [])
+    nprocs = [int(n) for n in args.nprocs.split(",")]
+    with ExitStack() as stack:  # each configuration's throwaway servers, stopped on the way out
+        backends = [("native", ca.native_setup())]
+        for adapter, options in configurations:
+            reach = stack.enter_context(backend_options(adapter, options))
+            backends.append((f"bridge+{display_name(adapter, options)}",
+                             smbtorture.setup_for("bridge", adapter, reach, persistent_handles=True)))
+        print(f"open+close with a persistent handle asked for, {args.time:g}s per point; "
+              "the CA share against a plain one", flush=True)
+        points = ca.sweep(backends, nprocs, args.time, report=lambda line: print(line, flush=True))
+    print("\n" + "\n".join(ca.table(points)))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps([asdict(p) for p in points], indent=1))
+    failed = [p for p in points if p.errors or p.opens == 0]
+    for p in failed:
+        print(f"failed: {p.backend} {p.share} nprocs={p.nprocs}: "
+              f"{p.errors[0] if p.errors else 'no open completed'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def _cmd_bench_smb(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
     from dataclasses import asdict
@@ -778,6 +808,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("--json", default="results/bench-cluster.json",
                                help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     bench_cluster.set_defaults(fn=_cmd_bench_cluster)
+    ca = bench_sub.add_parser("ca", help="Samba 4.25: opens/s with persistent handles, a continuously "
+                                         "available share against a plain one, native and bridged")
+    ca.add_argument("--nprocs", default="1,4,16,64", help="comma list of client counts")
+    ca.add_argument("--time", type=float, default=5.0, help="seconds per point")
+    ca.add_argument("--config", action="append", default=[], metavar="ADAPTER[,K=V...]",
+                    help="a bridge configuration (repeatable); default: tdb and etcd,node_cache=yes")
+    ca.add_argument("--json", default="results/bench-ca.json")
+    ca.set_defaults(fn=_cmd_bench_ca)
     micro = bench_sub.add_parser("micro", help="per-operation p50/p99 through the bridge, YCSB-style mixes")
     micro.add_argument("--ops", type=int, default=20000, help="at most this many operations per workload")
     micro.add_argument("--time", type=float, default=2.0, help="and at most this many seconds per workload")

@@ -65,15 +65,17 @@ def status_of(call) -> int:
 class SmbClient:
     """One connection, session and tree connect to a node's share."""
 
-    def __init__(self, address: str, port: int, client_guid: uuid.UUID | None = None) -> None:
-        """``client_guid``: the same one again to reclaim handles after a reconnect."""
+    def __init__(self, address: str, port: int, client_guid: uuid.UUID | None = None,
+                 share: str | None = None) -> None:
+        """``client_guid``: the same one again to reclaim handles after a
+        reconnect; ``share``: another than the throwaway Samba's test share."""
         self.connection = Connection(client_guid or uuid.uuid4(), address, port)
         # persistent handles (SMB 3): the client must say it takes them
         self.connection.client_capabilities |= Capabilities.SMB2_GLOBAL_CAP_PERSISTENT_HANDLES
         self.connection.connect(Dialects.SMB_3_1_1, timeout=TIMEOUT)
         self.session = Session(self.connection, TEST_USER, TEST_PASSWORD, require_encryption=False)
         self.session.connect()
-        self.tree = TreeConnect(self.session, rf"\\{address}\{SHARE}")
+        self.tree = TreeConnect(self.session, rf"\\{address}\{share or SHARE}")
         self.tree.connect()
 
     def open(self, name: str, access: int, share: int, oplock: int = 0, durable: bool = False) -> Open:

@@ -5,6 +5,7 @@
 import fcntl
 import hashlib
 import sqlite3
+import time
 
 from dbwrap_py import Adapter, Capabilities, LockConflict
 
@@ -25,7 +26,17 @@ class SqliteAdapter(Adapter):
 
     def _connect(self):
         self.sql = sqlite3.connect(self.spec.name + ".sqlite", timeout=self.timeout, isolation_level=None)
-        self.sql.executescript("PRAGMA journal_mode=WAL;" + SCHEMA)
+        # switching to WAL fails at once ("database is locked") while another
+        # process opens the file, whatever the timeout: set it only once
+        deadline = time.monotonic() + self.timeout
+        while self.sql.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                self.sql.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+        self.sql.executescript(SCHEMA)
         path = self.spec.name + ".sqlite.locks"
         if path not in _lock_files:
             self.locks = _lock_files[path] = open(path, "a+b")

@@ -36,14 +36,9 @@
 
 #define OPTION_PREFIX "dbwrap_py:"
 
-typedef struct db_context *(*db_open_fn)(TALLOC_CTX *, const char *, int, int,
-					 int, mode_t, enum dbwrap_lock_order,
-					 uint64_t);
-typedef struct db_context *(*db_open_ex_fn)(TALLOC_CTX *, struct tevent_context *,
-					    struct messaging_context *,
-					    struct ctdbd_connection *, const char *,
-					    int, int, int, mode_t,
-					    enum dbwrap_lock_order, uint64_t);
+/* Samba's own openers, as samba_abi.h declares them */
+typedef __typeof__(db_open) *db_open_fn;
+typedef __typeof__(db_open_ex) *db_open_ex_fn;
 
 struct preload_conf {
 	const char *module;

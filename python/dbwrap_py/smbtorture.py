@@ -55,8 +55,15 @@ PERSISTENT_SUITES = (
 #: other suite 2-30 s)
 SLOWEST_FIRST = ("smb2.lease", "smb2.oplock", "smb2.create")
 
-#: subtests left out, with the reason (none so far)
-EXCLUDED: dict[str, str] = {}
+#: subtests (suite.subtest) not judged, with the reason: still run and shown
+EXCLUDED: dict[str, str] = {
+    "smb2.lease.two-leases": (
+        "new in 4.25; it passes only when smbd's two lease breaks reach the client in one read "
+        "(torture_wait_for_lease_break returns at the first, and the check compares the last "
+        "break's lease key with the first's), so a backend round trip between the two breaks "
+        "fails it: measured on 4.25.1, five runs each, native 4 passed, bridge+tdb 5, bridge+etcd 0, "
+        "the failures seen alone at that key check, after both breaks had arrived"),
+}
 
 _RESULT = re.compile(r"^(success|failure|error|skip|xfail|uxsuccess): (.+?)(?: \[.*)?$")
 # Up to 4.24: open[num/s=22588,avslat=0.000089,...]; 4.25 groups the
@@ -229,7 +236,8 @@ def _judge(comparison: Comparison, setup: SambaSetup, retry: bool) -> None:
     retry runs after the whole matrix, one at a time, so it sees no load of
     the matrix's own; a real regression fails it again."""
     for name, result in comparison.native.results.items():
-        if result != "success" or comparison.bridge.passed(name) or name in EXCLUDED:
+        if (result != "success" or comparison.bridge.passed(name)
+                or f"{comparison.suite}.{name}" in EXCLUDED):
             continue
         again = run_suite(f"{comparison.suite}.{name}", setup, "bridge") if retry else None
         if again is not None and again.results and all(r == "success" for r in again.results.values()):

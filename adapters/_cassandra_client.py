@@ -328,18 +328,26 @@ class Client:
         return bool(row[0]), row
 
 
+#: seconds a schema statement may take at least, whatever op_timeout: a
+#: schema change waits for the replicas to agree, and took over 1 s on a
+#: loaded 2-core machine (CI: an op_timeout=1 open failed in CREATE TABLE)
+SCHEMA_TIMEOUT = 10.0
+
+
 def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[ClientConfig]) -> None:
     """The keyspace and tables, once per process per config (IF NOT EXISTS)."""
     if config in done:
         return
     session = session_for(config).session
+    timeout = max(config.op_timeout, SCHEMA_TIMEOUT)
     replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {config.replication_factor}}}"
     if session_for(config).scylla_server:  # ScyllaDB refuses LWTs in a keyspace with tablets
         replication += " AND tablets = {'enabled': false}"
     try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {config.keyspace} WITH replication = {replication}")
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {config.keyspace} WITH replication = {replication}",
+                        timeout=timeout)
         for cql in statements:
-            session.execute(cql.format(ks=config.keyspace))
+            session.execute(cql.format(ks=config.keyspace), timeout=timeout)
     except Exception as exc:
         raise mapped(exc, "schema") from exc
     done.add(config)

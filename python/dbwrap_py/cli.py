@@ -467,8 +467,9 @@ def _cmd_bench_ca(args: argparse.Namespace) -> int:
         backends = [("native", ca.native_setup())]
         for adapter, options in configurations:
             reach = stack.enter_context(backend_options(adapter, options))
-            backends.append((f"bridge+{display_name(adapter, options)}",
-                             smbtorture.setup_for("bridge", adapter, reach, persistent_handles=True)))
+            label = ",".join([f"bridge+{display_name(adapter, options)}",
+                              *(f"{k}={v}" for k, v in options.items())])
+            backends.append((label, smbtorture.setup_for("bridge", adapter, reach, persistent_handles=True)))
         print(f"open+close with a persistent handle asked for, {args.time:g}s per point; "
               "the CA share against a plain one", flush=True)
         points = ca.sweep(backends, nprocs, args.time, report=lambda line: print(line, flush=True))

@@ -32,6 +32,7 @@ from dbwrap_py.errors import (
     Unavailable,
 )
 from dbwrap_py.adapters._etcd_server import EtcdCluster
+from dbwrap_py.servers import pause_process
 
 pytestmark = pytest.mark.server
 
@@ -325,7 +326,7 @@ def test_paused_holder_is_fenced_out(etcd, name):
 
     child = Child(holder)
     assert child.recv() == "locked"
-    child.kill(signal.SIGSTOP)  # its keepalive thread stops too
+    pause_process(child.pid)  # its keepalive thread stops too, before the take-over starts
     try:
         db = open_etcd(etcd.endpoints, name, op_timeout="5")
         start = time.monotonic()

@@ -23,6 +23,7 @@ from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.nodecache.cache import local_files
 from dbwrap_py.proxy.client import ConnectionClosed, ProxyClient, ProxyError
 from dbwrap_py.proxy.daemon import ProxyDaemonProcess
+from dbwrap_py.servers import pause_process
 
 from test_etcd import Child
 from test_node_cache import TTL, name, nodes, open_on, put, sqlite_leased_backend  # noqa: F401 (fixtures)
@@ -245,7 +246,7 @@ def test_hand_over_gives_a_wanted_record_to_the_node_waiting_for_it(backend, nod
             stopped = False
             try:
                 wait_until(lambda: cache.state.wanted(cache.db_id, b"hot"), "node b never asked for it")
-                os.kill(a.pid, signal.SIGSTOP)  # well within the lease (TTL 2 s): the agent stays a's
+                pause_process(a.pid)  # well within the lease (TTL 2 s): the agent stays a's
                 stopped = True
                 cache.local.unlock(b"hot")  # the chainlock alone: no handover on the way
                 assert owned_here(here, b"hot") is not None

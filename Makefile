@@ -475,9 +475,13 @@ bench: all $(MICRO_BIN) ## every adapter against native tdb: SMB sweep, micro, m
 
 # bridge+tdb in process and through the node daemon (proxy mode) against
 # native tdb, three paired rounds per point.
+# e.g. make BENCH_SMB_NPROCS=64 BENCH_SMB_ROUNDS=8 bench-smb: more rounds where
+# the rate is noisy (64 smbd on 2 cores)
+BENCH_SMB_NPROCS ?= 1,4,16,64
+BENCH_SMB_ROUNDS ?= 3
 bench-smb: all ## bridge+tdb in process and via the node daemon against native tdb
-	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --transports inproc,proxy --nprocs 1,4,16,64 \
-		--time 8 --rounds 3 --json $(RESULTS)/bench-smb-tdb.json
+	$(VPY) -m dbwrap_py.cli bench smb --adapters tdb --transports inproc,proxy --nprocs $(BENCH_SMB_NPROCS) \
+		--time 8 --rounds $(BENCH_SMB_ROUNDS) --json $(RESULTS)/bench-smb-tdb.json
 
 # Memory per smbd client process in process and in proxy mode, against
 # native, at 1 to 256 connections, for etcd, rados and cassandra (throwaway

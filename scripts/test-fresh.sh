@@ -9,7 +9,8 @@
 #
 #   FRESH_SUITE=trixie   a Debian 13 root (make test-trixie); bookworm by default;
 #                        sid: Debian unstable, Samba 4.25 (make test-sid)
-#   FRESH_TARGETS="..."  the make targets, in order; "demo test-setup" by default
+#   FRESH_TARGETS="..."  the make targets, in order; "demo test-setup" by default;
+#                        a word VAR=value is given to make for every target after it
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
 #   KEEP=1               keep the root afterwards (stopped and unmounted)
@@ -121,8 +122,12 @@ main() {
     mkdir -m 755 "$root"
     run_step root create_root "$root"
     run_step prepare prepare_root
+    local target assignments=""
     for target in $targets; do
-        run_step "$target" in_root "$root" sh -c "cd ~/work/main && exec make $target"
+        case $target in
+        *=*) assignments="$assignments $target" ;;
+        *) run_step "$target" in_root "$root" sh -c "cd ~/work/main && exec make$assignments $target" ;;
+        esac
     done
 }
 

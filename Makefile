@@ -281,6 +281,9 @@ test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
 test-sid: ## make demo, make test and the persistent-handle suites in a fresh Debian sid root (Samba 4.25)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo test test-torture-persistent" scripts/test-fresh.sh
 
+test-sid-cluster: ## make demo and the three-node cluster tests in a fresh Debian sid root (Samba 4.25)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo test-cluster" scripts/test-fresh.sh
+
 test-sid-core: ## make demo, make check and tests/smb in a fresh Debian sid root (Samba 4.25; CI)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo check test-smb" scripts/test-fresh.sh
 
@@ -398,6 +401,13 @@ test-conformance-proxy: all ## every conformance table in proxy mode (make test-
 # fail on): clients on different nodes (make test-full).
 test-cluster: all ## three-node Samba clusters, every adapter and ctdb (make test-full)
 	$(VPY) -m pytest -q tests/cluster
+
+# Samba 4.25: a persistent handle moves to a surviving node with its lock
+# (ctdb, etcd, etcd with the node cache); -s prints each reclaim's time.
+test-cluster-persistent: all ## Samba 4.25: a persistent handle survives its node's death (3-node clusters)
+	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "test-cluster-persistent: persistent" \
+		"handles need Samba 4.25 or later; this is $(SAMBA_VERSION) (make test-sid-cluster has 4.25)" >&2; exit 1; }
+	$(VPY) -m pytest -q -s -rA tests/cluster/test_persistent_failover.py
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all ## the installed smbd and Samba's tools through the preload

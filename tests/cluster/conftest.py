@@ -17,7 +17,8 @@ from contextlib import contextmanager
 import pytest
 
 from dbwrap_py.cluster.processes import still_running
-from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterSetup, SambaCluster
+from dbwrap_py.cluster.samba_cluster import (LOCKING_DATABASES, PERSISTENT_HANDLE_DATABASES, ClusterSetup,
+                                             SambaCluster)
 
 sys.path.insert(0, os.path.dirname(__file__))  # smb_client, cross_node, node_death
 
@@ -68,6 +69,19 @@ KILL_CONFIGURATIONS = {
 LEASE_OUTLIVES_PROMISE = ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                       adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=60)
 
+#: the configurations a persistent handle must move to a survivor on
+#: (Samba 4.25; test_persistent_failover.py): ctdb, which pushes each
+#: persistent record to every node, and the databases of persistent handles
+#: on a replicated backend
+PERSISTENT_CONFIGURATIONS = {
+    "ctdb": ClusterSetup(persistent_handles=True),
+    "etcd": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES, adapter_options=_SHORT,
+                         persistent_handles=True),
+    "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
+                                    adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=LEASE,
+                                    persistent_handles=True),
+}
+
 
 @contextmanager
 def _running(setup: ClusterSetup) -> Iterator[SambaCluster]:
@@ -107,3 +121,10 @@ def crash(request: pytest.FixtureRequest) -> Iterator[Crash]:
 def crash_outliving_its_lease() -> Iterator[Crash]:
     with _running(LEASE_OUTLIVES_PROMISE) as running:
         yield node_one_dies(running, LEASE)
+
+
+@pytest.fixture(params=list(PERSISTENT_CONFIGURATIONS))
+def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
+    """A cluster of its own per test (its node 1 dies in it)."""
+    with _running(PERSISTENT_CONFIGURATIONS[request.param]) as running:
+        yield running

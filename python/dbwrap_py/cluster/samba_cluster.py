@@ -41,9 +41,17 @@ from dbwrap_py.options import Options
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SHARE, SambaSetup, ThrowawaySamba
 from dbwrap_py.servers import StartStop
+from dbwrap_py.smbtorture import PERSISTENT_GLOBAL
 
 #: the databases of share modes, byte-range locks and leases
 LOCKING_DATABASES = ("locking.tdb", "brlock.tdb", "leases.tdb")
+#: what a persistent handle needs kept through its node's death (Samba 4.25
+#: opens them per-record persistent; leases.tdb is not, and a continuously
+#: available share grants at most an R lease, which a reclaim takes again)
+PERSISTENT_HANDLE_DATABASES = ("smbXsrv_open_global.tdb", "locking.tdb", "brlock.tdb")
+#: the share's parameters with persistent handles: a cluster is scale-out
+#: by Samba's default, so only continuous availability is added
+CONTINUOUSLY_AVAILABLE = {"continuous availability": "yes"}
 
 
 class ClusterError(RuntimeError):
@@ -66,6 +74,9 @@ class ClusterSetup:
     #: a dead node's records stay its own. None: the agent's default
     node_lease_ttl: float | None = None
     extra_global: Mapping[str, str] = field(default_factory=dict)
+    #: SMB3 persistent handles (Samba 4.25): ``persistent handles = yes`` and
+    #: the test share continuously available, on every node
+    persistent_handles: bool = False
     log_level: int = 1
 
 
@@ -197,10 +208,12 @@ class SambaCluster(StartStop):
             yield reach
 
     def _samba_setup(self, node: CtdbNode, port: int) -> SambaSetup:
+        persistent = self.setup.persistent_handles
         extra = {
             "clustering": "yes",
             "ctdbd socket": str(node.socket),
             **{f"ctdb:{name}": "no" for name in self.setup.node_local},
+            **(PERSISTENT_GLOBAL if persistent else {}),
             **self.setup.extra_global,
         }
         # the nodes' lock directories differ on one host, so databases are
@@ -213,4 +226,5 @@ class SambaCluster(StartStop):
             adapter_options=options, extra_global=extra, log_level=self.setup.log_level,
             port=port, address=node.address, share_path=self.share_path,
             add_user=node.pnn == 0,  # passdb is a ctdb persistent database: every node sees it
+            extra_share=CONTINUOUSLY_AVAILABLE if persistent else {},
         )

@@ -80,6 +80,9 @@ PERSISTENT_CONFIGURATIONS = {
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
                                     adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=LEASE,
                                     persistent_handles=True),
+    "etcd-write-through": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
+                                       adapter_options={**_SHORT, "node_cache": "write-through"},
+                                       node_lease_ttl=LEASE, persistent_handles=True),
 }
 
 

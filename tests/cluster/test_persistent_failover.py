@@ -10,8 +10,8 @@ id) and finds its lock still held. How a survivor learns that the dead
 node's opens are reclaimable: docs/samba-4.25.md, "Across nodes".
 
 Configurations (conftest.py): ctdb, which pushes every persistent record to
-every node, and the persistent-handle databases on etcd, without and with
-the node cache. Before Samba 4.25 there are no persistent handles: the
+every node, and the persistent-handle databases on etcd, without the node
+cache and with it, write-back and write-through. Before Samba 4.25 there are no persistent handles: the
 tests skip. ``-s`` shows each reclaim's time after the kill.
 """
 

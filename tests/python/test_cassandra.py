@@ -30,10 +30,9 @@ PERSISTENT = 0
 
 
 @pytest.fixture(scope="module")
-def cassandra():
-    with CassandraCluster(nodes=1) as cluster:
-        yield cluster
-    cc.close_all()
+def cassandra(shared_cassandra):
+    """The run's one-node Cassandra, in this module's keyspace (conftest.py)."""
+    return shared_cassandra
 
 
 OPENED: list[CassandraAdapter] = []

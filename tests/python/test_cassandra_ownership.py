@@ -14,9 +14,7 @@ import pytest
 pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _cassandra_client as cc  # noqa: E402
 from dbwrap_py.adapters._cassandra_ownership import CassandraNodeStore, generation_of  # noqa: E402
-from dbwrap_py.adapters._cassandra_server import CassandraCluster  # noqa: E402
 from dbwrap_py.adapters.cassandra import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
@@ -31,10 +29,9 @@ TTL = 2
 
 
 @pytest.fixture(scope="module")
-def cassandra():
-    with CassandraCluster(nodes=1) as cluster:
-        yield cluster
-    cc.close_all()
+def cassandra(shared_cassandra):
+    """The run's one-node Cassandra, in this module's keyspace (conftest.py)."""
+    return shared_cassandra
 
 
 def open_db(cassandra, tmp_path, **options) -> CassandraAdapter:

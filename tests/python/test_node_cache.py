@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,11 +194,9 @@ class CassandraBackend:
 
 
 @contextmanager
-def cassandra_backend() -> Iterator[CassandraBackend]:
-    from dbwrap_py.adapters._cassandra_server import throwaway_cluster
-
-    with throwaway_cluster() as reach:
-        yield CassandraBackend(reach)
+def cassandra_backend(shared: Any) -> Iterator[CassandraBackend]:
+    """The run's one-node Cassandra, in this module's keyspace (conftest.py)."""
+    yield CassandraBackend(shared.options())
 
 
 class FdbBackend:
@@ -256,7 +255,8 @@ BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados
 
 @pytest.fixture(scope="module", params=sorted(BACKENDS))
 def backend(request):
-    with BACKENDS[request.param]() as backend:
+    shared = (request.getfixturevalue("shared_cassandra"),) if request.param == "cassandra" else ()
+    with BACKENDS[request.param](*shared) as backend:
         yield backend
 
 

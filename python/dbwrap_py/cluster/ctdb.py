@@ -29,6 +29,10 @@ from dbwrap_py.servers import StartStop, stop_process_group
 
 CTDBD = "/usr/sbin/ctdbd"
 CTDB = "ctdb"
+#: ctdb's helpers (eventd, lock and recovery helpers) as Debian installs
+#: them. From 4.25 ctdbd in test mode takes their folder only from
+#: CTDB_TEST_HELPER_BINDIR, and aborts without it; 4.17 ignores it.
+HELPER_BINDIR = "/usr/libexec/ctdb"
 #: ctdb's shipped notification script; without it ctdbd logs a line per state change
 NOTIFY_SCRIPT = Path("/etc/ctdb/notify.sh")
 
@@ -84,7 +88,8 @@ class CtdbNode:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "CTDB_TEST_MODE": "yes", "CTDB_BASE": str(self.base)}
+        return {**os.environ, "CTDB_TEST_MODE": "yes", "CTDB_BASE": str(self.base),
+                "CTDB_TEST_HELPER_BINDIR": HELPER_BINDIR}
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -126,7 +126,15 @@ def crash_outliving_its_lease() -> Iterator[Crash]:
         yield node_one_dies(running, LEASE)
 
 
-@pytest.fixture(params=list(PERSISTENT_CONFIGURATIONS))
+#: known to lose the handle, measured on 4.25.1: a DBWRAP_STORE_PERSISTENT
+#: store writes the record's copy to the backend, but the record itself
+#: stays in the dead node's write-back cache, so a survivor finds no open
+#: (another client opens the file). Strict: the test says when it is fixed.
+PERSISTENT_LOST = {"etcd-node-cache": "write-back: the persistent open lived only in the dead node's cache"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=PERSISTENT_LOST[name]))
+                        if name in PERSISTENT_LOST else name for name in PERSISTENT_CONFIGURATIONS])
 def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
     """A cluster of its own per test (its node 1 dies in it)."""
     with _running(PERSISTENT_CONFIGURATIONS[request.param]) as running:

@@ -12,7 +12,9 @@ node's opens are reclaimable: docs/samba-4.25.md, "Across nodes".
 Configurations (conftest.py): ctdb, which pushes every persistent record to
 every node, and the persistent-handle databases on etcd, without the node
 cache and with it, write-back and write-through. Write-back is known to
-lose the handle (an xfail, strict: conftest.PERSISTENT_LOST says why). ``-s`` shows each reclaim's time after the kill.
+lose the handle (an xfail, strict: conftest.PERSISTENT_LOST says why).
+Before Samba 4.25 there are no persistent handles: the tests skip. ``-s``
+shows each reclaim's time after the kill.
 """
 
 from __future__ import annotations

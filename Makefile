@@ -251,7 +251,7 @@ test-fast: all venv-scylla ## make test without the smbtorture matrix
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
 TEST_FULL := test test-fresh test-trixie test-sid test-torture-matrix-full test-torture-scylla \
-	test-conformance-proxy test-fuzz-proxy test-cluster
+	test-conformance-proxy test-fuzz-proxy test-cluster test-sid-cluster
 test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase,

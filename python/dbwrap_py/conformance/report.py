@@ -26,15 +26,16 @@ def print_table(run: SuiteRun, out: TextIO, rules: bool = True) -> None:
     if run.capabilities is not None:
         for note in run.capabilities.notes:
             print(f"  note: {note}", file=out)
-    print(f"\n{'check':<24}{'result':<8}{'rule' if rules else 'measured'}", file=out)
+    width = max([24, *(len(r.name) + 2 for r in run.results)])  # persistent.other-process is 24
+    print(f"\n{'check':<{width}}{'result':<8}{'rule' if rules else 'measured'}", file=out)
     for r in run.results:
         third = r.rule if rules else r.measured
-        print(f"{r.name:<24}{_WORD[r.result]:<8}{third}", file=out)
+        print(f"{r.name:<{width}}{_WORD[r.result]:<8}{third}", file=out)
         detail = r.note if r.result != "pass" else (r.measured if rules else "")
         if detail:
             label = {"fail": "evidence", "skip": "reason", "pass": "measured"}[r.result]
             for line in textwrap.wrap(f"{label}: {detail}", 96):
-                print(f"{'':<32}{line}", file=out)
+                print(f"{'':<{width + 8}}{line}", file=out)
     passed, failed, skipped = (len(run.names(w)) for w in ("pass", "fail", "skip"))
     if failed:
         verdict = "NOT safe for Samba: see the failed checks"

@@ -18,25 +18,30 @@ about 3 s to start here and its JVM warms up over the first statements.
 So do the modules that need a plain one-node etcd or Ceph: one of each for
 the whole run (``etcd_server``, ``ceph_server``), each module under a
 prefix of its own (``shared_etcd``, ``shared_ceph``; tests/python/
-shared_servers.py): both adapters keep every key or object, node leases and
+shared_servers.py). Both adapters keep every key or object, node leases and
 node registrations included, under option ``prefix``, so no module's
-records, leases or node names reach another's. The prefix names the worker
-too: pytest 9.2 with pytest-xdist 3.8 drops the groups above without a word
-(xdist suffixes the node IDs with the group, which pytest 9.2 no longer
-reads: pytest-xdist issue 1386), so one module's tests may run on several
-workers at once, each with its node agents "a" and "b". They start in 0.1 s and
-0.5 s, but a run started one per module, a dozen in all, each a process
-(Ceph: two) beside the tests on 2 cores. Those modules run on several
-workers at once, and a session fixture is per worker, so one per run needs
-the pytest-xdist controller: when it hands out tests and its ``-m`` can
-select a test marked ``server``, it starts both before the workers
-(``pytest_configure``), hands each worker their addresses
-(``pytest_configure_node``: ``workerinput``) and stops them by PID at the
-end (``pytest_unconfigure``). A worker told of none (a run without xdist,
-or a server the controller could not start) starts its own once, when a
-test first asks. Tests that stop, pause or reconfigure a server (three
-nodes, TLS and passwords, cephx, a paused OSD, the throwaway servers' own
-tests) keep their own.
+records, leases or node names reach another's. They start in 0.1 s and
+0.5 s, but a run started one per module and worker, each a process (Ceph:
+two) beside the tests on 2 cores: make test-python-servers, three runs each
+way, started 25-27 etcds and 25-26 Ceph mons before, 16-17 and 12-14 after
+(the rest are the tests' own servers and their restarts).
+
+Those modules run on several workers at once, and a session fixture is per
+worker, so one per run needs the pytest-xdist controller: when it hands
+out tests and its ``-m`` can select a test marked ``server``, it starts
+both before the workers (``pytest_configure``), hands each worker their
+addresses (``pytest_configure_node``: ``workerinput``) and stops them by
+PID at the end (``pytest_unconfigure``). A worker told of none (a run
+without xdist, or a server the controller could not start) starts its own
+once, when a test first asks. Tests that stop, pause or reconfigure a
+server (three nodes, TLS and passwords, cephx, a paused OSD, the throwaway
+servers' own tests) keep their own.
+
+The prefix names the worker too: pytest 9.2 with pytest-xdist 3.8 drops
+the groups above without a word (xdist marks a group in the node IDs,
+which pytest 9.2 no longer reads from where xdist writes: pytest-xdist
+issue 1386), so one module's tests may run on several workers at once, each
+worker with its own node agents "a" and "b".
 """
 
 from __future__ import annotations

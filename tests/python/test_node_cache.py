@@ -58,7 +58,8 @@ class EtcdBackend:
         from test_etcd import b64, raw_call
 
         prefix = self.shared.prefix.encode() + b"/"
-        reply = raw_call(self.shared.endpoints, "/v3/kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
+        reply = raw_call(self.shared.endpoints, "/v3/kv/range",
+                         {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
         mark = b"node:" + node + b":"
         return sum(base64.b64decode(kv.get("value", "")).startswith(mark) for kv in reply.get("kvs", []))
 

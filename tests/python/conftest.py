@@ -41,7 +41,9 @@ The prefix names the worker too: pytest 9.2 with pytest-xdist 3.8 drops
 the groups above without a word (xdist marks a group in the node IDs,
 which pytest 9.2 no longer reads from where xdist writes: pytest-xdist
 issue 1386), so one module's tests may run on several workers at once, each
-worker with its own node agents "a" and "b".
+worker with its own node agents "a" and "b". tests/requirements.txt pins
+pytest 9.1.1, where the groups hold; the worker in the prefix keeps the
+modules apart should they not.
 """
 
 from __future__ import annotations

@@ -407,12 +407,15 @@ test-cluster: all ## three-node Samba clusters, every adapter and ctdb (make tes
 # (ctdb; etcd, with and without the node cache; rados and cassandra with it;
 # a node cache broken on purpose must fail: tests/cluster/conftest.py).
 # PERSISTENT_RUNS clusters per configuration; the summary gives each one's
-# median and worst time from the kill to the reclaim.
+# median and worst time from the kill to the reclaim. PERSISTENT_K picks
+# configurations (pytest -k, e.g. PERSISTENT_K=lost: a replica lost too).
 PERSISTENT_RUNS ?= 1
+PERSISTENT_K ?=
 test-cluster-persistent: all ## Samba 4.25: a persistent handle survives its node's death (3-node clusters)
 	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "test-cluster-persistent: persistent" \
 		"handles need Samba 4.25 or later; this is $(SAMBA_VERSION) (make test-sid-cluster has 4.25)" >&2; exit 1; }
-	PERSISTENT_FAILOVER_RUNS=$(PERSISTENT_RUNS) $(VPY) -m pytest -q -s -rA tests/cluster/test_persistent_failover.py
+	PERSISTENT_FAILOVER_RUNS=$(PERSISTENT_RUNS) $(VPY) -m pytest -q -s -rA \
+		$(if $(PERSISTENT_K),-k '$(PERSISTENT_K)') tests/cluster/test_persistent_failover.py
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all ## the installed smbd and Samba's tools through the preload

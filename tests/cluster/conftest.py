@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import pytest
 
 from dbwrap_py.cluster.processes import still_running
+from dbwrap_py.cluster.replicas import CephOsds, EtcdMembers
 from dbwrap_py.cluster.samba_cluster import (LOCKING_DATABASES, PERSISTENT_HANDLE_DATABASES, ClusterSetup,
                                              SambaCluster)
 
@@ -88,6 +89,14 @@ PERSISTENT_CONFIGURATIONS = {
                                              adapter_options={"lease": str(LEASE), "node_cache": "yes"},
                                              node_lease_ttl=LEASE, persistent_handles=True)
        for adapter in ("rados", "cassandra")},
+    # three replicas, one of which dies with node 1 (replicas.py)
+    "etcd-node-cache-member-lost": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
+                                                adapter_options={**_SHORT, "node_cache": "yes"},
+                                                node_lease_ttl=LEASE, persistent_handles=True,
+                                                replicas=EtcdMembers),
+    "rados-node-cache-osd-lost": ClusterSetup(adapter="rados", databases=PERSISTENT_HANDLE_DATABASES,
+                                              adapter_options={"lease": str(LEASE), "node_cache": "yes"},
+                                              node_lease_ttl=LEASE, persistent_handles=True, replicas=CephOsds),
 }
 
 

@@ -15,8 +15,10 @@ Configurations (conftest.py): ctdb, which pushes every persistent record to
 every node, and the persistent-handle databases on etcd (without the node
 cache, write-back and write-through) and on rados and cassandra with a
 write-back node cache, which writes every persistent record through
-(c_bridge/per_rec_persistent.c). One broken on purpose, a node cache that
-skips the write-through, must fail (a strict xfail). Before Samba 4.25
+(c_bridge/per_rec_persistent.c); and etcd and rados with three replicas
+(three members, three OSDs), one of which is SIGKILLed with node 1. One
+broken on purpose, a node cache that skips the write-through, must fail (a
+strict xfail). Before Samba 4.25
 there are no persistent handles: the tests skip.
 
 ``PERSISTENT_FAILOVER_RUNS=n`` runs each configuration n times, each on a
@@ -58,6 +60,13 @@ HANDLE_TIMEOUT_MS = 180_000
 RUNS = int(os.environ.get("PERSISTENT_FAILOVER_RUNS", "1"))
 
 
+def _crash(cluster: SambaCluster) -> None:
+    """Node 1 dies, and with it one of the backend's replicas where it runs three."""
+    cluster.kill_node(0)
+    if cluster.replicas is not None:
+        cluster.lose_replica()
+
+
 def _reclaim(cluster: SambaCluster, pnn: int, client_guid: uuid.UUID, file_id: bytes,
              create_guid: uuid.UUID, lease_key: bytes, deadline: float) -> tuple[SmbClient, object]:
     """Try node ``pnn`` until the reclaim succeeds or ``deadline``; the
@@ -96,7 +105,7 @@ def test_a_persistent_handle_and_its_lock_move_to_a_survivor(persistent_cluster:
     file_id = handle.file_id
 
     killed_at = time.monotonic()
-    cluster.kill_node(0)
+    _crash(cluster)
     owner.abandon()
 
     other = SmbClient(cluster.sambas[2].setup.address, cluster.port)
@@ -139,7 +148,7 @@ def test_a_persistent_handle_nobody_reclaims_is_released_after_its_timeout(
     owner.lock(handle, 0, 10)
 
     killed_at = time.monotonic()
-    cluster.kill_node(0)
+    _crash(cluster)
     owner.abandon()
 
     other = SmbClient(cluster.sambas[2].setup.address, cluster.port)

@@ -30,12 +30,13 @@ import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
 from dbwrap_py.cluster.processes import in_sessions, session_leading_children
+from dbwrap_py.cluster.replicas import BackendReplicas
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 from dbwrap_py.registry import find_adapter
@@ -77,6 +78,10 @@ class ClusterSetup:
     #: SMB3 persistent handles (Samba 4.25): ``persistent handles = yes`` and
     #: the test share continuously available, on every node
     persistent_handles: bool = False
+    #: the backend's servers: several replicas (replicas.py) instead of the
+    #: adapter's one-replica throwaway server, so that a test can lose one
+    #: with a node (lose_replica). None: the throwaway server
+    replicas: Callable[[], BackendReplicas] | None = None
     log_level: int = 1
 
 
@@ -110,6 +115,8 @@ class SambaCluster(StartStop):
         self.sambas: list[ThrowawaySamba] = []
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
         self.backend_options: dict[str, str] = {}
+        #: the backend's replicas, with ClusterSetup.replicas
+        self.replicas: BackendReplicas | None = None
         self._stack = contextlib.ExitStack()
         #: the sessions of every server start() began (see processes.py)
         self._sessions: set[int] = set()
@@ -178,6 +185,12 @@ class SambaCluster(StartStop):
             self.agents[pnn].stop(signal.SIGKILL)  # type: ignore[attr-defined]
         return had
 
+    def lose_replica(self) -> None:
+        """One of the backend's replicas crashes (SIGKILL by PID)."""
+        if self.replicas is None:
+            raise ClusterError("the backend runs one replica here (ClusterSetup.replicas)")
+        self.replicas.lose_one()
+
     def _node_leaders(self, pnn: int) -> set[int]:
         ctdbd = self.ctdb.nodes[pnn].process
         agent = self.agents[pnn].pid if self.agents else None  # type: ignore[attr-defined]
@@ -196,8 +209,12 @@ class SambaCluster(StartStop):
         options = dict(self.setup.adapter_options)
         without_cache = {k: v for k, v in options.items() if k not in ("node_cache", "node_cache_dir")}
         with contextlib.ExitStack() as stack:
-            server = cls.throwaway_server(without_cache)
-            reach = {**options, **(stack.enter_context(server) if server is not None else {})}
+            if self.setup.replicas is not None:
+                self.replicas = stack.enter_context(self.setup.replicas())
+                reach = {**options, **self.replicas.options()}
+            else:
+                server = cls.throwaway_server(without_cache)
+                reach = {**options, **(stack.enter_context(server) if server is not None else {})}
             if node_cache_mode(Options(dict(options))) is not None:
                 from dbwrap_py.nodecache.agent import NodeAgentProcess  # only with the cache
                 agent_options = {k: v for k, v in reach.items() if k in cls.option_names}

@@ -163,9 +163,11 @@ def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str) -
     cluster = failover_cluster
     _all_nodes_serving(cluster)
     before = cluster.ctdb.public_address_holder()
+    logs = [node.base / "node-control.log" for node in cluster.ctdb.nodes]
+    positions = [log.stat().st_size if log.exists() else 0 for log in logs]
     run = run_torture(cluster, suite)
-    control = "".join((node.base / "node-control.log").read_text()
-                      for node in cluster.ctdb.nodes if (node.base / "node-control.log").exists())
+    control = "".join(log.read_bytes()[position:].decode(errors="replace")
+                      for log, position in zip(logs, positions) if log.exists())
     print(f"\n{suite}: {run.seconds:.1f} s, exit {run.returncode}; public address on node {before} before")
     for subtest in SUITES[suite]:
         result, name = _result(run, subtest)
@@ -177,6 +179,15 @@ def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str) -
             f"{suite}: {name}: {result} (smbtorture exit {run.returncode}); its output's end:\n"
             + "\n".join(run.output.splitlines()[-40:]))
     assert run.returncode == 0, f"smbtorture exited {run.returncode}:\n{run.output[-3000:]}"
-    # the subtests did stop a node through ctdb (not a skip that passed)
-    assert "Stopped ctdbd on my node" in run.output, "smbtorture stopped no node"
+    # each stop did stop its node through ctdb and moved the public address
+    # to another node (not a subtest that passed without a failover)
+    stops = _STOPPED.findall(control)
+    assert stops, f"smbtorture stopped no node:\n{control}"
+    for pnn, rc, holder in stops:
+        assert rc == "0" and holder != pnn, f"node {pnn}: ctdb stop exit {rc}, public address on node {holder}"
     _all_nodes_serving(cluster)
+
+
+#: the stop script's last line: "<time> stop_node <pnn>: public address: Public IPs ... <ip> <holder>"
+_STOPPED = re.compile(r"stop_node (\d+): ctdb stop exit (\d+)\n.*?stop_node \1: public address: .*?"
+                      r"\d+\.\d+\.\d+\.\d+ (-?\d+)")

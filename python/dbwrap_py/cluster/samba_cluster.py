@@ -275,22 +275,38 @@ class SambaCluster(StartStop):
 
     def _node_control(self, node: CtdbNode) -> dict[str, str]:
         """smbd's parameters for smbtorture's node control, and the scripts
-        they name, in the node's ctdb folder: ``ctdb -n <pnn> <command>``
-        through this node's ctdbd, logged beside it."""
+        they name, in the node's ctdb folder: ``ctdb -n <pnn> stop`` or
+        ``continue`` through this node's ctdbd, logged to node-control.log
+        beside it.
+
+        With a public address the stop runs a second after the script has
+        returned, in the background: a synchronous ``ctdb stop`` releases
+        the public address (10.interface kills its TCP connections, smbd
+        gets CTDB_SRVID_RELEASE_IP) before smbd can answer the FSCTL, and
+        smbtorture fails with NT_STATUS_IO_TIMEOUT (measured on 4.25.1).
+        Samba's own selftest has no public addresses (its clients connect
+        to the nodes' private addresses), so its stop can be synchronous.
+        The stop is logged with the node that hosts the public address after
+        it, for the tests to see that the address moved."""
         params = {"smbd:FSCTL_SMBTORTURE": "yes", "smbd:suicide mode": "yes"}
-        env = " ".join(f"{k}={v}" for k, v in node.env.items()
-                       if k.startswith("CTDB_"))
+        env = " ".join(f"{k}={v}" for k, v in node.env.items() if k.startswith("CTDB_"))
+        log = node.base / "node-control.log"
+        ctdb = f"env {env} ctdb"
+        stamp = "$(date +%T.%N)"
         for option, command in NODE_CONTROL.items():
+            run = (f'{ctdb} -n "$1" {command}; rc=$?\n'
+                   f'echo "{stamp} {option} $1: ctdb {command} exit $rc"\n')
+            if command == "stop" and node.network is not None:
+                run += f'echo "{stamp} {option} $1: public address: $({ctdb} ip | tr "\\n" " ")"\n'
+                body = f"(\nsleep 1\n{run}) < /dev/null >> {log} 2>&1 &\nexit 0\n"
+            else:
+                body = f"(\n{run}exit $rc\n) < /dev/null >> {log} 2>&1\n"
             script = node.base / f"{option}.sh"
             script.write_text(
                 "#!/bin/sh\n"
                 f"# clusteredmember:{option} of smbd on node {node.pnn}: ctdb {command} of node $1\n"
                 "unset LD_PRELOAD\n"
-                f"echo \"$(date +%T.%N) {option} $1\" >> {node.base}/node-control.log\n"
-                f"env {env} ctdb -n \"$1\" {command} >> {node.base}/node-control.log 2>&1\n"
-                "rc=$?\n"
-                f"echo \"$(date +%T.%N) {option} $1: exit $rc\" >> {node.base}/node-control.log\n"
-                "exit $rc\n")
+                f'echo "{stamp} {option} $1" >> {log}\n' + body)
             script.chmod(0o755)
             params[f"clusteredmember:{option}"] = str(script)
         return params

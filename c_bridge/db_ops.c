@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dbwrap_py.h"
+#include "db_ops.h"
 #include "deferred_store.h"
 #include "errno_map.h"
 #include "inproc_loader.h"
@@ -119,6 +120,15 @@ static NTSTATUS db_py_delete_rec(struct db_record *rec)
 
 	return NT_STATUS_IS_OK(status)
 		? ctx->records->delete_rec(ctx->backend, rec->key) : status;
+}
+
+NTSTATUS dbwrap_py_record_write_through(struct db_record *rec)
+{
+	struct db_py_ctx *ctx = rec->private_data;
+	NTSTATUS status = db_py_before_write(ctx); /* a deferred store first */
+
+	return NT_STATUS_IS_OK(status)
+		? ctx->records->write_through(ctx->backend, rec->key) : status;
 }
 
 static NTSTATUS db_py_write_protected_storev(struct db_record *rec,
@@ -520,16 +530,12 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 			      uint64_t dbwrap_flags, const char *adapter,
 			      const char *const *options)
 {
-	const struct dbwrap_py_transport *transport;
 	struct dbwrap_py_open_args args = {
 		.name = name, .hash_size = hash_size, .tdb_flags = tdb_flags,
 		.open_flags = open_flags, .mode = mode,
 		.lock_order = (int)lock_order, .dbwrap_flags = dbwrap_flags,
 		.adapter = adapter, .options = options,
 	};
-	struct db_context *db;
-	struct db_py_ctx *ctx;
-	NTSTATUS status;
 
 #if DBWRAP_PY_SAMBA_4_25_LAYOUT
 	if (dbwrap_flags & DBWRAP_FLAG_PER_REC_PERSISTENT) {
@@ -538,6 +544,19 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 			lock_order, dbwrap_flags, adapter, options);
 	}
 #endif
+	return dbwrap_py_open(mem_ctx, &args);
+}
+
+struct db_context *dbwrap_py_open(TALLOC_CTX *mem_ctx,
+				  const struct dbwrap_py_open_args *given)
+{
+	const struct dbwrap_py_transport *transport;
+	struct dbwrap_py_open_args args = *given;
+	const char *name = given->name;
+	struct db_context *db;
+	struct db_py_ctx *ctx;
+	NTSTATUS status;
+
 	db = talloc_zero(mem_ctx, struct db_context);
 	if (db == NULL) {
 		errno = ENOMEM;
@@ -554,7 +573,7 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 	ctx->name = db->name;
 	args.name = db->name;
 	transport = db_py_pick_transport(db->name,
-		dbwrap_py_option_take(ctx, options, "transport", &args.options));
+		dbwrap_py_option_take(ctx, given->options, "transport", &args.options));
 	if (transport == NULL || args.options == NULL) {
 		errno = (transport == NULL) ? EINVAL : ENOMEM;
 		TALLOC_FREE(db);
@@ -572,14 +591,14 @@ struct db_context *db_open_py(TALLOC_CTX *mem_ctx, const char *name,
 		? db_py_deferring_storev : db_py_storev;
 
 	dbwrap_py_log_level(DBWRAP_PY_LOG_INFO, db->name, "open",
-			    "adapter %s, %s transport, %s records", adapter,
+			    "adapter %s, %s transport, %s records", given->adapter,
 			    transport->name, ctx->records->name);
 	db->private_data = ctx;
-	db->lock_order = lock_order;
+	db->lock_order = (enum dbwrap_lock_order)given->lock_order;
 #if DBWRAP_PY_SAMBA_4_25_LAYOUT
-	db->flags = dbwrap_flags;
+	db->flags = given->dbwrap_flags;
 #endif
-	db->persistent = (tdb_flags & TDB_CLEAR_IF_FIRST) == 0;
+	db->persistent = (given->tdb_flags & TDB_CLEAR_IF_FIRST) == 0;
 	db_py_set_ops(db);
 	return db;
 }

@@ -18,7 +18,8 @@
 /* Methods of the dbwrap_py.database.Database object. */
 enum inproc_method {
 	M_STORE, M_DELETE, M_EXISTS, M_TRAVERSE, M_SEQNUM, M_TXN_START,
-	M_TXN_COMMIT, M_TXN_CANCEL, M_WIPE, M_CHECK, M_DB_ID, M_CLOSE, M_COUNT
+	M_TXN_COMMIT, M_TXN_CANCEL, M_WIPE, M_CHECK, M_DB_ID, M_CLOSE,
+	M_WRITE_THROUGH, M_COUNT
 };
 
 struct dbwrap_py_db {
@@ -46,6 +47,9 @@ PyObject *inproc_join(const TDB_DATA *dbufs, int num_dbufs);
 /* Database.store with a TDB_INSERT or TDB_MODIFY flag (takes the GIL). */
 NTSTATUS inproc_store_flagged(struct dbwrap_py_db *db, TDB_DATA key,
 			      const TDB_DATA *dbufs, int num_dbufs, int flag);
+
+/* Database.write_through on a locked record (takes the GIL): transport.h. */
+NTSTATUS inproc_write_through(struct dbwrap_py_db *db, TDB_DATA key);
 
 /* inproc_python.c: records through dbwrap_py._records */
 bool inproc_python_bind(struct dbwrap_py_db *db);

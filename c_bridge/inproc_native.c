@@ -149,6 +149,7 @@ const struct dbwrap_py_record_ops inproc_native_records = {
 	.locked = native_locked,
 	.storev = native_storev,
 	.delete_rec = native_delete,
+	.write_through = inproc_write_through,
 	.exists = native_exists,
 	.seqnum = native_seqnum,
 };

@@ -226,6 +226,7 @@ const struct dbwrap_py_record_ops inproc_python_records = {
 	.locked = python_locked,
 	.storev = python_storev,
 	.delete_rec = python_delete,
+	.write_through = inproc_write_through,
 	.exists = python_exists,
 	.seqnum = python_seqnum,
 };

@@ -18,6 +18,11 @@
  *   on a replicated backend, its quorum write; a node cache never holds it
  *   (it caches volatile databases only);
  * - a plain store or a delete of a persistent record removes the copy;
+ * - a persistent record, and the next write of it (a plain store or a
+ *   delete), is written through to the backend before the store returns,
+ *   as is a restored one: with a write-back node cache the volatile
+ *   database's records stay on the node, and a survivor of that node must
+ *   find its persistent opens and locks (prp_write_through);
  * - a read-write open of a volatile database without the migration marker
  *   record (a cleared one) stores the copies back, then the marker; the
  *   marker's record lock keeps concurrent openers waiting meanwhile;
@@ -31,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "db_ops.h"
 #include "dbwrap_py.h"
 #include "log.h"
 #include "per_rec_persistent.h"
@@ -138,6 +144,25 @@ static NTSTATUS prp_backup_write(struct prp_ctx *ctx, TDB_DATA key,
 
 /* -- records ----------------------------------------------------------------- */
 
+/*
+ * A persistent record, and every write of a record that was persistent, is
+ * in the backend before the store returns, even where a write-back node
+ * cache keeps the volatile database's records on the node: a survivor must
+ * find the open of a node that died, and must not find one that its client
+ * closed. The copy (prp_backup_write) only outlives a restart of this node.
+ */
+static NTSTATUS prp_write_through(struct prp_ctx *ctx, struct db_record *inner,
+				  const char *op)
+{
+	NTSTATUS status = dbwrap_py_record_write_through(inner);
+
+	if (!NT_STATUS_IS_OK(status)) {
+		dbwrap_py_log(ctx->name, op, "the record was not written "
+			      "through to the backend: %s", nt_errstr(status));
+	}
+	return status;
+}
+
 /* Every outer record's private_data is the volatile database's record. */
 static NTSTATUS prp_storev(struct db_record *rec, const TDB_DATA *dbufs,
 			   int num_dbufs, int flag)
@@ -166,6 +191,9 @@ static NTSTATUS prp_storev(struct db_record *rec, const TDB_DATA *dbufs,
 	status = inner->storev(inner, bufs, num_dbufs + 1,
 			       flag & PRP_TDB_STORE_FLAGS);
 	if (NT_STATUS_IS_OK(status) && (persistent || rec->flags.persistent)) {
+		status = prp_write_through(ctx, inner, "persistent store");
+	}
+	if (NT_STATUS_IS_OK(status) && (persistent || rec->flags.persistent)) {
 		status = prp_backup_write(ctx, rec->key, bufs,
 					  persistent ? num_dbufs + 1 : 0);
 	}
@@ -186,6 +214,10 @@ static NTSTATUS prp_delete(struct db_record *rec)
 	}
 	if (NT_STATUS_IS_OK(status)) {
 		status = inner->delete_rec(inner);
+	}
+	if (NT_STATUS_IS_OK(status) && rec->flags.persistent) {
+		status = prp_write_through(prp_ctx(rec->db), inner,
+					   "persistent delete");
 	}
 	if (NT_STATUS_IS_OK(status)) {
 		rec->flags.persistent = false;
@@ -489,6 +521,9 @@ static int prp_restore_fn(struct db_record *copy, void *private_data)
 
 	if (rec != NULL) {
 		status = rec->storev(rec, &copy->value, 1, 0);
+		if (NT_STATUS_IS_OK(status)) {
+			status = dbwrap_py_record_write_through(rec);
+		}
 		TALLOC_FREE(rec);
 	}
 	if (!NT_STATUS_IS_OK(status)) {
@@ -575,7 +610,15 @@ struct db_context *dbwrap_py_open_per_rec_persistent(
 	int open_flags, mode_t mode, enum dbwrap_lock_order lock_order,
 	uint64_t dbwrap_flags, const char *adapter, const char *const *options)
 {
-	uint64_t inner_flags = dbwrap_flags & ~DBWRAP_FLAG_PER_REC_PERSISTENT;
+	/* the callers' lock order is the outer database's: none inside */
+	struct dbwrap_py_open_args volatile_args = {
+		.name = name, .hash_size = hash_size, .tdb_flags = tdb_flags,
+		.open_flags = open_flags, .mode = mode,
+		.lock_order = DBWRAP_LOCK_ORDER_NONE,
+		.dbwrap_flags = dbwrap_flags & ~DBWRAP_FLAG_PER_REC_PERSISTENT,
+		.adapter = adapter, .options = options, .writes_through = true,
+	};
+	struct dbwrap_py_open_args backup_args = volatile_args;
 	struct db_context *db;
 	struct prp_ctx *ctx;
 	char *backup_name;
@@ -600,15 +643,12 @@ struct db_context *dbwrap_py_open_per_rec_persistent(
 		return NULL;
 	}
 	ctx->name = db->name;
-	/* the callers' lock order is the outer database's: none inside */
-	ctx->volatile_db = db_open_py(ctx, name, hash_size, tdb_flags, open_flags,
-				      mode, DBWRAP_LOCK_ORDER_NONE, inner_flags,
-				      adapter, options);
+	backup_args.name = backup_name;
+	backup_args.tdb_flags = tdb_flags & ~(TDB_CLEAR_IF_FIRST | TDB_MUTEX_LOCKING);
+	backup_args.writes_through = false;
+	ctx->volatile_db = dbwrap_py_open(ctx, &volatile_args);
 	ctx->backup = (ctx->volatile_db == NULL) ? NULL
-		: db_open_py(ctx, backup_name, hash_size,
-			     tdb_flags & ~(TDB_CLEAR_IF_FIRST | TDB_MUTEX_LOCKING),
-			     open_flags, mode, DBWRAP_LOCK_ORDER_NONE, inner_flags,
-			     adapter, options);
+		: dbwrap_py_open(ctx, &backup_args);
 	if (ctx->backup == NULL) {
 		int err = errno;
 

@@ -278,6 +278,18 @@ static NTSTATUS fast_delete(struct dbwrap_py_db *db, TDB_DATA key)
 	return code == 0 ? NT_STATUS_OK : fast_failed(db, "delete", code, &why);
 }
 
+/* A database that writes through never has the fast path (transport_proxy.c). */
+static NTSTATUS fast_write_through(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	if (fast_bypassed(db, key)) {
+		return proxy_records.write_through(db, key);
+	}
+	dbwrap_py_log(db->name, "write through", "a record this process holds "
+		      "in the fast path (opened without writes_through?) "
+		      "(NTSTATUS 0x%08x)", (unsigned)NT_STATUS_V(NT_STATUS_NOT_SUPPORTED));
+	return NT_STATUS_NOT_SUPPORTED;
+}
+
 static NTSTATUS fast_seqnum(struct dbwrap_py_db *db, int *seqnum)
 {
 	struct dbwrap_py_native_why why;
@@ -309,6 +321,7 @@ const struct dbwrap_py_record_ops proxy_fast_records = {
 	.locked = fast_locked,
 	.storev = fast_storev,
 	.delete_rec = fast_delete,
+	.write_through = fast_write_through,
 	.exists = fast_exists,
 	.seqnum = fast_seqnum,
 };

@@ -14,8 +14,9 @@
 #include "samba_abi.h"
 
 #define PROXY_MAGIC 0x50574244u /* "DBWP" as a little-endian u32 */
-#define PROXY_VERSION 2
+#define PROXY_VERSION 3
 #define PROXY_MIN_VERSION 1
+#define PROXY_WRITE_THROUGH_VERSION 3 /* the first with WRITE_THROUGH */
 #define PROXY_MAX_MESSAGE (64u * 1024 * 1024)
 #define PROXY_REQUEST_HEADER 8 /* u8 op, u8 0, u16 0, u32 db */
 #define PROXY_WAIT_FOREVER 0xFFFFFFFFu /* LOCK's wait_ms: unbounded (never sent here) */
@@ -41,6 +42,7 @@ enum proxy_op {
 	PROXY_NODE_CACHE = 18,
 	PROXY_MOVE_IN = 19,
 	PROXY_HAND_OVER = 20,
+	PROXY_WRITE_THROUGH = 21,
 };
 
 enum proxy_txn {

@@ -38,6 +38,11 @@ struct dbwrap_py_open_args {
 	uint64_t dbwrap_flags;
 	const char *adapter;        /* short name or dotted module */
 	const char *const *options; /* NULL-terminated "key=value" strings */
+	/*
+	 * The opener calls write_through (per_rec_persistent.c): the proxy's
+	 * fast path stays off, as the daemon writes the records through.
+	 */
+	bool writes_through;
 };
 
 /* Gets a record's value: exists=false for a missing key. */
@@ -89,6 +94,13 @@ struct dbwrap_py_record_ops {
 			   const TDB_DATA *dbufs, int num_dbufs, int flag);
 	/* Delete a locked record; NOT_FOUND if it is missing. */
 	NTSTATUS (*delete_rec)(struct dbwrap_py_db *db, TDB_DATA key);
+	/*
+	 * The locked record's value, or its absence, is in the backend when
+	 * this returns. Every store is already but a write-back node cache's,
+	 * which keeps records on the node that uses them: a persistent record
+	 * (per_rec_persistent.c) must outlive that node.
+	 */
+	NTSTATUS (*write_through)(struct dbwrap_py_db *db, TDB_DATA key);
 	NTSTATUS (*exists)(struct dbwrap_py_db *db, TDB_DATA key, bool *exists);
 	NTSTATUS (*seqnum)(struct dbwrap_py_db *db, int *seqnum);
 };

@@ -26,6 +26,7 @@ const char *const inproc_method_names[M_COUNT] = {
 	[M_TXN_COMMIT] = "transaction_commit",
 	[M_TXN_CANCEL] = "transaction_cancel", [M_WIPE] = "wipe",
 	[M_CHECK] = "check", [M_DB_ID] = "db_id", [M_CLOSE] = "close",
+	[M_WRITE_THROUGH] = "write_through",
 };
 
 /* -- helpers ---------------------------------------------------------------- */
@@ -114,6 +115,26 @@ NTSTATUS inproc_store_flagged(struct dbwrap_py_db *db, TDB_DATA key,
 	Py_XDECREF(pyflag);
 	Py_XDECREF(value);
 	Py_XDECREF(pykey);
+	PyGILState_Release(gil);
+	return status;
+}
+
+NTSTATUS inproc_write_through(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *pykey = inproc_bytes(key);
+	NTSTATUS status = NT_STATUS_NO_MEMORY;
+
+	if (pykey != NULL) {
+		PyObject *result = PyObject_CallOneArg(db->methods[M_WRITE_THROUGH], pykey);
+
+		status = (result != NULL) ? NT_STATUS_OK
+					  : method_failed(db, M_WRITE_THROUGH);
+		Py_XDECREF(result);
+		Py_DECREF(pykey);
+	} else {
+		PyErr_Clear();
+	}
 	PyGILState_Release(gil);
 	return status;
 }

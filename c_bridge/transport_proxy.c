@@ -255,6 +255,9 @@ static NTSTATUS proxy_take_options(struct dbwrap_py_db *db,
 	if (*socket_path == NULL || **socket_path == '\0') {
 		*socket_path = DEFAULT_SOCKET;
 	}
+	if (db->args.writes_through) {
+		db->want_fastpath = false; /* the daemon writes the records through */
+	}
 	/* the caller's strings go with its open; we open again after a fork */
 	db->args.options = dbwrap_py_options_copy(db, last);
 	return (db->args.options != NULL) ? NT_STATUS_OK : NT_STATUS_NO_MEMORY;
@@ -382,6 +385,18 @@ static NTSTATUS proxy_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 	return proxy_simple(db, PROXY_DELETE, proxy_put_key, &key);
 }
 
+static NTSTATUS proxy_write_through(struct dbwrap_py_db *db, TDB_DATA key)
+{
+	if (proxy_conn_version(db->conn) < PROXY_WRITE_THROUGH_VERSION) {
+		dbwrap_py_log(db->name, "write through", "the daemon speaks protocol "
+			      "%u, without WRITE_THROUGH: update it (NTSTATUS 0x%08x)",
+			      (unsigned)proxy_conn_version(db->conn),
+			      (unsigned)NT_STATUS_V(NT_STATUS_NOT_SUPPORTED));
+		return NT_STATUS_NOT_SUPPORTED;
+	}
+	return proxy_simple(db, PROXY_WRITE_THROUGH, proxy_put_key, &key);
+}
+
 /* An op whose reply is one number: EXISTS (u8) and SEQNUM (i32). */
 static NTSTATUS proxy_number(struct dbwrap_py_db *db, enum proxy_op op,
 			     const TDB_DATA *key, uint32_t *out)
@@ -427,6 +442,7 @@ const struct dbwrap_py_record_ops proxy_records = {
 	.locked = proxy_locked,
 	.storev = proxy_storev,
 	.delete_rec = proxy_delete_rec,
+	.write_through = proxy_write_through,
 	.exists = proxy_exists,
 	.seqnum = proxy_seqnum,
 };

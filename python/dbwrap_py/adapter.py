@@ -167,6 +167,12 @@ class Adapter(abc.ABC):
         finally:
             self.unlock(key)
 
+    def write_through(self, key: bytes) -> None:
+        """The locked record's value, or its absence, is in the backend when
+        this returns (Samba 4.25's persistent records ask: a survivor of this
+        node must find them). ``put`` and ``remove`` write there already;
+        a cache that keeps records on the node (the node cache) overrides."""
+
     def seqnum(self) -> int:
         """A number that changes on every committed write seen by other processes."""
         raise NotSupported(f"{type(self).__name__} keeps no sequence number")

@@ -112,6 +112,13 @@ class Database:
         if not existed:
             raise NotFound("delete of a missing key")
 
+    def write_through(self, key: bytes) -> None:
+        """The locked record's value, or its absence, is in the backend now
+        (Adapter.write_through): per-record persistence asks it of a
+        persistent record and of the next write of one."""
+        self._check_usable()
+        self.adapter.write_through(key)
+
     def exists(self, key: bytes) -> bool:
         self._check_usable()
         result = self.adapter.exists(key)

@@ -10,6 +10,7 @@ PID, that every process the cluster had before stop() is gone after it.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,10 @@ PERSISTENT_CONFIGURATIONS = {
     "etcd-write-through": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
                                        adapter_options={**_SHORT, "node_cache": "write-through"},
                                        node_lease_ttl=LEASE, persistent_handles=True),
+    **{f"{adapter}-node-cache": ClusterSetup(adapter=adapter, databases=PERSISTENT_HANDLE_DATABASES,
+                                             adapter_options={"lease": str(LEASE), "node_cache": "yes"},
+                                             node_lease_ttl=LEASE, persistent_handles=True)
+       for adapter in ("rados", "cassandra")},
 }
 
 
@@ -126,16 +131,41 @@ def crash_outliving_its_lease() -> Iterator[Crash]:
         yield node_one_dies(running, LEASE)
 
 
-#: known to lose the handle, measured on 4.25.1: a DBWRAP_STORE_PERSISTENT
-#: store writes the record's copy to the backend, but the record itself
-#: stays in the dead node's write-back cache, so a survivor finds no open
-#: (another client opens the file). Strict: the test says when it is fixed.
-PERSISTENT_LOST = {"etcd-node-cache": "write-back: the persistent open lived only in the dead node's cache"}
+#: broken on purpose: the write-back node cache claims to write records
+#: through and keeps them on the node (dbwrap_py.testing.skips_write_through),
+#: so the persistent open dies with node 1: the test must fail on it
+PERSISTENT_BROKEN = {
+    "etcd-node-cache-skips-write-through": ClusterSetup(
+        adapter="dbwrap_py.testing.skips_write_through", databases=PERSISTENT_HANDLE_DATABASES,
+        adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=LEASE, persistent_handles=True),
+}
 
 
-@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=PERSISTENT_LOST[name]))
-                        if name in PERSISTENT_LOST else name for name in PERSISTENT_CONFIGURATIONS])
+@pytest.fixture(params=[*PERSISTENT_CONFIGURATIONS, *(
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
+                                               reason="broken on purpose: the persistent open dies with its node"))
+    for name in PERSISTENT_BROKEN)])
 def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
     """A cluster of its own per test (its node 1 dies in it)."""
-    with _running(PERSISTENT_CONFIGURATIONS[request.param]) as running:
+    with _running({**PERSISTENT_CONFIGURATIONS, **PERSISTENT_BROKEN}[request.param]) as running:
         yield running
+
+
+_RECLAIM_TIMES: dict[str, list[float]] = {}
+
+
+@pytest.fixture
+def reclaim_times() -> dict[str, list[float]]:
+    """Seconds from node 1's kill to the reclaimed handle, per configuration
+    (test_persistent_failover.py); the terminal summary gives median and worst."""
+    return _RECLAIM_TIMES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _RECLAIM_TIMES:
+        return
+    terminalreporter.section("persistent handle: kill to reclaim, seconds")
+    terminalreporter.write_line(f"{'configuration':<24} {'runs':>4} {'median':>7} {'worst':>7}")
+    for name, times in _RECLAIM_TIMES.items():
+        terminalreporter.write_line(f"{name:<24} {len(times):>4} {statistics.median(times):>7.1f} "
+                                    f"{max(times):>7.1f}")

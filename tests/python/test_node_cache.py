@@ -488,6 +488,37 @@ def test_write_back_is_lost_with_its_node(backend, nodes, name):
     db.close()
 
 
+def test_a_record_written_through_outlives_its_write_back_node(backend, nodes, name):
+    """Samba 4.25's persistent records (c_bridge/per_rec_persistent.c): a
+    write-back cache writes one record through when asked, a deletion too,
+    and the node keeps owning it; the dead node's other records are lost."""
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"volatile", b"v1")
+    put(db, b"closed", b"open")
+    db.lock(b"closed")
+    db.write_through(b"closed")  # in the store now...
+    db.delete(b"closed")
+    db.write_through(b"closed")  # ...and so is its deletion
+    db.unlock(b"closed")
+    db.lock(b"persistent")
+    db.store(b"persistent", b"handle", 0)
+    db.write_through(b"persistent")
+    db.unlock(b"persistent")
+    before = backend.round_trips(db)
+    put(db, b"volatile", b"v2")
+    db.lock(b"persistent")
+    db.unlock(b"persistent")
+    assert backend.round_trips(db) == before, "the node let go of a record it wrote through"
+    a.stop(signal.SIGKILL)
+    on_b = open_on(backend, b, name, op_timeout=str(TTL + 5))
+    assert on_b.fetch(b"persistent") == b"handle"
+    assert on_b.fetch(b"closed") is None, "a deletion written through came back"
+    assert on_b.fetch(b"volatile") is None
+    on_b.close()
+    db.close()
+
+
 def test_without_an_agent_the_adapter_goes_to_the_store(backend, tmp_path, name):
     db = open_on(backend, tmp_path / "no-agent", name)
     before = backend.round_trips(db)

@@ -22,6 +22,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.nodecache.cache import local_files
 from dbwrap_py.proxy.client import ConnectionClosed, ProxyClient, ProxyError
+from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.daemon import ProxyDaemonProcess
 from dbwrap_py.servers import pause_process
 
@@ -50,7 +51,7 @@ def daemon() -> Iterator[ProxyDaemonProcess]:
 
 def connect(daemon: ProxyDaemonProcess) -> ProxyClient:
     client = ProxyClient(daemon.socket_path, TIMEOUT)
-    assert client.hello()[0] == 2
+    assert client.hello()[0] == wire.VERSION
     return client
 
 
@@ -139,6 +140,46 @@ def test_a_version_1_connection_sending_a_fast_path_op_is_hung_up_on(daemon, tmp
         with pytest.raises(ConnectionClosed):
             client.node_cache(db)
     wait_until(lambda: "NODE_CACHE on a version 1 connection" in daemon.log_text(), "not logged")
+
+
+def test_a_version_2_connection_sending_write_through_is_hung_up_on(daemon, tmp_path):
+    with ProxyClient(daemon.socket_path, TIMEOUT, version=2) as client:
+        assert client.hello()[0] == 2
+        db = client.open(str(tmp_path / "plain.tdb"), "tdb")
+        client.lock(db, b"k")
+        with pytest.raises(ConnectionClosed):
+            client.write_through(db, b"k")
+    wait_until(lambda: "WRITE_THROUGH on a version 2 connection" in daemon.log_text(), "not logged")
+
+
+# -- WRITE_THROUGH -----------------------------------------------------------------------
+
+
+def test_write_through_puts_a_held_record_in_the_store_and_the_node_keeps_it(backend, nodes, name, daemon):
+    """What smbd's per-record persistence asks of the daemon for a persistent
+    record: in the store before the reply, and still the node's."""
+    a, b = nodes
+    here = open_on(backend, a, name)
+    with connect(daemon) as client:
+        db = open_via(client, backend, a, name)
+        client.lock(db, b"persistent")
+        client.store(db, b"persistent", b"handle")
+        client.write_through(db, b"persistent")
+        client.unlock(db, b"persistent")
+        assert owned_here(here, b"persistent") is not None, "the node let go of the record"
+        client.lock(db, b"volatile")
+        client.unlock(db, b"volatile", b"v1")
+        with pytest.raises(ProxyError) as refused:
+            client.write_through(db, b"persistent")  # not held by this connection
+        assert refused.value.status == nt.NT_STATUS_FILE_LOCK_CONFLICT
+    a.stop(signal.SIGKILL)
+    on_b = open_on(backend, b, name, op_timeout=str(TTL + 5))
+    try:
+        assert on_b.fetch(b"persistent") == b"handle"
+        assert on_b.fetch(b"volatile") is None, "a write-back record outlived its node"
+    finally:
+        on_b.close()
+        here.close()
 
 
 # -- MOVE_IN ---------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def test_every_op_has_the_same_number_on_both_sides() -> None:
         assert c[f"PROXY_TXN_{txn.name}"] == txn.value, txn.name
     c_ops = {name for name in c if name.startswith("PROXY_") and not name.startswith("PROXY_TXN_")
              and name not in {"PROXY_MAGIC", "PROXY_VERSION", "PROXY_MIN_VERSION",
-                              "PROXY_MAX_MESSAGE", "PROXY_REQUEST_HEADER", "PROXY_WAIT_FOREVER"}}
+                              "PROXY_MAX_MESSAGE", "PROXY_REQUEST_HEADER", "PROXY_WAIT_FOREVER",
+                              "PROXY_WRITE_THROUGH_VERSION"}}
     assert c_ops == {f"PROXY_{op.name}" for op in wire.Op}
 
 
@@ -40,6 +41,7 @@ def test_the_framing_constants_agree() -> None:
     assert c["PROXY_MAGIC"] == wire.MAGIC
     assert c["PROXY_VERSION"] == wire.VERSION
     assert c["PROXY_MIN_VERSION"] == wire.MIN_VERSION
+    assert c["PROXY_WRITE_THROUGH_VERSION"] == wire.WRITE_THROUGH_VERSION
     assert c["PROXY_MAX_MESSAGE"] == wire.MAX_MESSAGE
     assert c["PROXY_REQUEST_HEADER"] == wire.REQUEST_HEADER.size
     assert c["PROXY_WAIT_FOREVER"] == wire.WAIT_FOREVER

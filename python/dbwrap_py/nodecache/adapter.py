@@ -165,6 +165,10 @@ class CachedAdapter(Adapter):
         finally:
             self.cache.unlock(key)
 
+    def write_through(self, key: bytes) -> None:
+        if self.cache is not None:
+            self.cache.write_through_held(key)
+
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """The store's records, where the node owns one its own copy instead.
         In write-back mode the other nodes owning records write them through

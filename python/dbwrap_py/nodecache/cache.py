@@ -410,15 +410,31 @@ class NodeCache:
             self._written_through_at = before
         return written
 
+    def write_through_held(self, key: bytes) -> None:
+        """The record this process holds is in the store as it is here, its
+        deletion included, before this returns; the node keeps owning it.
+        A write-back cache's answer to a persistent record (Samba 4.25's
+        DBWRAP_STORE_PERSISTENT): it must never exist only on this node.
+        FencedOut when the node no longer owns it."""
+        if self.write_through:
+            return  # every write went through already
+        lease = self.state.lease()
+        owned = self.records.owned(key, lease) if lease else None
+        if owned is None or self._write_through_local(key, _local(owned)) is False:
+            raise FencedOut(f"the store no longer holds {key!r} for this node: not written through")
+
     def _write_through_locked(self, key: bytes, lease: int) -> bool:
         owned = self.records.owned(key, lease)
-        if owned is None:
-            return False
-        local = _local(owned)
+        return owned is not None and bool(self._write_through_local(key, _local(owned)))
+
+    def _write_through_local(self, key: bytes, local: Local) -> bool | None:
+        """Write one owned record through (lock held): True when written,
+        None when there is nothing to write (deleted, and the store never had
+        it), False when the store holds it for another owner now."""
         if local.value is None and not local.flags & IN_STORE:
-            return False  # deleted, and the store never had it
+            return None
         if not self.ownership.write_through(key, local.value, local.token, local.via_bucket):
-            return False  # the ownership is gone: the store holds its new owner's
+            return False
         if bool(local.flags & IN_STORE) != (local.value is not None):
             self.records.write(key, local.value, local.value is not None)  # whether a delete must reach it
         return True

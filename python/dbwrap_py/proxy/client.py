@@ -152,6 +152,9 @@ class ProxyClient:
     def delete(self, db: int, key: bytes) -> None:
         self._done(wire.request(Op.DELETE, db).bytes(key))
 
+    def write_through(self, db: int, key: bytes) -> None:
+        self._done(wire.request(Op.WRITE_THROUGH, db).bytes(key))
+
     def exists(self, db: int, key: bytes) -> bool:
         r = self.call(wire.request(Op.EXISTS, db).bytes(key))
         found = r.u8()

@@ -62,6 +62,7 @@ def _valid_bodies(rng: random.Random, db: int) -> list[bytes]:
         wire.request(Op.NODE_CACHE, db),  # a memory database: NOT_SUPPORTED
         wire.request(Op.MOVE_IN, db).bytes(key),
         wire.request(Op.HAND_OVER, db).bytes(key),
+        wire.request(Op.WRITE_THROUGH, db).bytes(key),
         wire.request(Op.OPEN).str(FUZZ_DB).i32(0).i32(0).i32(0o102).u32(0o600).i32(0).u64(0)
             .str("memory").u32(0),
     )]

@@ -125,7 +125,7 @@ class Session(TraverseRequests):
             return self._hello(r)
         if op is Op.HELLO:
             raise Malformed("a second HELLO")
-        if op in wire.FAST_PATH_OPS and self._version < wire.FAST_PATH_VERSION:
+        if self._version < wire.OP_VERSION.get(op, wire.MIN_VERSION):
             raise Malformed(f"{op.name} on a version {self._version} connection")
         if op is Op.OPEN:
             return self._open(r)
@@ -317,6 +317,15 @@ class Session(TraverseRequests):
         ok, result = self._adapter(shared, "DELETE", lambda db: db.delete(key))
         return wire.reply_ok().message() if ok else result  # type: ignore[return-value]
 
+    def _write_through(self, shared: SharedDatabase, handle: int, r: Reader) -> bytes:
+        key = r.bytes()
+        r.end()
+        refused = self._not_held(shared, key, "WRITE_THROUGH")
+        if refused:
+            return refused
+        ok, result = self._adapter(shared, "WRITE_THROUGH", lambda db: db.write_through(key))
+        return wire.reply_ok().message() if ok else result  # type: ignore[return-value]
+
     # -- database-wide --------------------------------------------------------------
 
     def _seqnum(self, shared: SharedDatabase, handle: int, r: Reader) -> bytes:
@@ -412,6 +421,7 @@ _HANDLERS: dict[Op, Callable[[Session, SharedDatabase, int, Reader], Reply]] = {
     Op.UNLOCK: Session._unlock,
     Op.STORE: Session._store,
     Op.DELETE: Session._delete,
+    Op.WRITE_THROUGH: Session._write_through,
     Op.EXISTS: Session._exists,
     Op.SEQNUM: Session._seqnum,
     Op.TRAVERSE_START: Session._traverse_start,

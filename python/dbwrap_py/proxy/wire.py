@@ -1,4 +1,4 @@
-"""The proxy protocol between smbd's processes and the node daemon, version 2.
+"""The proxy protocol between smbd's processes and the node daemon, version 3.
 
 c_bridge/proxy_wire.h is the C side of the same definitions; the two must
 agree byte for byte (tests/python/test_proxy_wire.py compares them).
@@ -53,10 +53,11 @@ log line.
                                                    u32 op_timeout_ms
     MOVE_IN        19   bytes key                  u8 owned
     HAND_OVER      20   bytes key                  -
+    WRITE_THROUGH  21   bytes key                  -
 
 Ops 18-20 (smbd's fast path, for a database with ``node_cache = write-back``)
-exist from version 2 on: on a connection that agreed version 1 they are
-malformed, as an unknown op.
+exist from version 2 on, and WRITE_THROUGH from version 3: on a connection
+that agreed an earlier version they are malformed, as an unknown op.
 
 Semantics, beyond the in-process contract (dbwrap_py.database.Database):
 
@@ -66,8 +67,12 @@ Semantics, beyond the in-process contract (dbwrap_py.database.Database):
   NT_STATUS_IO_TIMEOUT and nothing is held. UNLOCK with a value stores it
   before the lock goes (put_unlock), and releases the lock even if the
   store fails.
-* STORE and DELETE need the record locked by this connection (by LOCK or a
-  write traverse); otherwise NT_STATUS_FILE_LOCK_CONFLICT.
+* STORE, DELETE and WRITE_THROUGH need the record locked by this connection
+  (by LOCK or a write traverse); otherwise NT_STATUS_FILE_LOCK_CONFLICT.
+* WRITE_THROUGH: the record's value, or its absence, is in the backend when
+  the reply comes (Database.write_through: a write-back node cache writes it
+  through; every other adapter has already). Samba 4.25's persistent records
+  ask for it (c_bridge/per_rec_persistent.c).
 * TRAVERSE_NEXT of a write traverse locks the record it returns for this
   connection until the next TRAVERSE_NEXT or TRAVERSE_END; records deleted
   since the traverse started are skipped. ``more`` = 0 ends the traverse and
@@ -110,10 +115,12 @@ import enum
 import struct
 
 MAGIC = 0x50574244  # b"DBWP" read as a little-endian u32
-VERSION = 2
+VERSION = 3
 MIN_VERSION = 1
 #: the first version with NODE_CACHE, MOVE_IN and HAND_OVER
 FAST_PATH_VERSION = 2
+#: the first version with WRITE_THROUGH
+WRITE_THROUGH_VERSION = 3
 #: the largest body either side accepts before HELLO agrees another
 MAX_MESSAGE = 64 * 1024 * 1024
 #: LOCK's wait_ms for "as long as it takes"
@@ -143,10 +150,13 @@ class Op(enum.IntEnum):
     NODE_CACHE = 18
     MOVE_IN = 19
     HAND_OVER = 20
+    WRITE_THROUGH = 21
 
 
 #: ops a connection may send only once it agreed FAST_PATH_VERSION
 FAST_PATH_OPS = frozenset({Op.NODE_CACHE, Op.MOVE_IN, Op.HAND_OVER})
+#: the version each op needs, where it is more than MIN_VERSION
+OP_VERSION = {**{op: FAST_PATH_VERSION for op in FAST_PATH_OPS}, Op.WRITE_THROUGH: WRITE_THROUGH_VERSION}
 
 
 class Txn(enum.IntEnum):

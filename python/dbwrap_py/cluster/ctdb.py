@@ -45,17 +45,27 @@ FUNCTIONS = Path("/etc/ctdb/functions")
 #: rules are skipped, with a logged error, where iptables is not installed)
 INTERFACE_SCRIPT = Path("/usr/share/ctdb/events/legacy/10.interface.script")
 
-#: ctdbd in test mode does not look whether its node has a public address
-#: already (ctdbd.c: do_checkpublicip = false), so every takeover run asks
-#: the holder to take it again, 10.interface's ``ip addr add`` fails with
-#: "Address already assigned", and the node is banned (measured on 4.25.1).
-#: Outside test mode ctdbd skips that takeip; this wrapper does what that
-#: check would, and runs ctdb's script for everything else.
+#: ctdbd in test mode skips two things it does with a public address
+#: (ctdbd.c: do_checkpublicip = false; ctdb_takeover.c): it does not look
+#: whether its node has the address already, so every takeover run asks the
+#: holder to take it again, 10.interface's ``ip addr add`` fails with
+#: "Address already assigned" and the node is banned; and it announces no
+#: taken address (no gratuitous ARP), so clients keep sending to the old
+#: node's MAC address until their neighbour entry goes stale (smbtorture's
+#: reconnect: NT_STATUS_IO_TIMEOUT). Both measured on 4.25.1. This wrapper
+#: does what ctdbd does outside test mode: a takeip of an address the
+#: interface has is done, and a taken address is announced (``ctdb
+#: gratarp``, as 10.interface's own updateip does); ctdb's script does the rest.
 TAKEIP_ONCE = """#!/bin/sh
-# ctdb's 10.interface; a takeip of an address the interface has already is done
-if [ "$1" = takeip ] && ip -o addr show dev "$2" | grep -qF " $3/$4 "; then
-\techo "takeip: $3/$4 is on $2 already"
-\texit 0
+# ctdb's 10.interface; a takeip of an address the interface has already is
+# done, and a taken address is announced (ctdbd in test mode does neither)
+if [ "$1" = takeip ]; then
+\tif ip -o addr show dev "$2" | grep -qF " $3/$4 "; then
+\t\techo "takeip: $3/$4 is on $2 already"
+\t\texit 0
+\tfi
+\t{script} "$@" || exit $?
+\texec ctdb gratarp "$3" "$2"
 fi
 exec {script} "$@"
 """

@@ -95,6 +95,11 @@ class NetnsNetwork(StartStop):
         return f"{self.tag}br"
 
     @property
+    def bridge_address(self) -> str:
+        """The caller's address on the bridge, which every node reaches."""
+        return f"{self.subnet}.{BRIDGE_HOST}"
+
+    @property
     def public_address(self) -> str:
         return f"{self.subnet}.{PUBLIC_HOST}"
 
@@ -121,7 +126,7 @@ class NetnsNetwork(StartStop):
     def _make(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made.append(("link", self.bridge))
-        _ip("addr", "add", f"{self.subnet}.{BRIDGE_HOST}/{self.prefix_length}", "dev", self.bridge)
+        _ip("addr", "add", f"{self.bridge_address}/{self.prefix_length}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for pnn in range(self.nodes):
             member = NodeNetwork(pnn, f"{self.tag}n{pnn}", f"{self.tag}v{pnn}", f"{self.subnet}.{pnn + 1}")

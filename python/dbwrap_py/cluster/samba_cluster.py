@@ -230,6 +230,8 @@ class SambaCluster(StartStop):
         options = dict(self.setup.adapter_options)
         without_cache = {k: v for k, v in options.items() if k not in ("node_cache", "node_cache_dir")}
         with contextlib.ExitStack() as stack:
+            if self.network is not None:  # the nodes reach the caller's namespace only at the bridge
+                without_cache["throwaway_host"] = self.network.bridge_address
             server = cls.throwaway_server(without_cache)
             reach = {**options, **(stack.enter_context(server) if server is not None else {})}
             if node_cache_mode(Options(dict(options))) is not None:

@@ -24,7 +24,11 @@ reached.
 
 Configurations: ctdb keeping every database (the baseline), and
 smbXsrv_open_global, locking.tdb and brlock.tdb on etcd through the node
-cache. Each subtest must report success; ``-s`` prints each one's time.
+cache, both with the public address; and ctdb as Samba's selftest runs
+these suites: no public address, the client reconnecting to the stopped
+node's own address. Each subtest must report success, except
+reconnect-contended-failover with a public address, a strict xfail
+(CONTENDED_RESET says why); ``-s`` prints each one's time.
 Before Samba 4.25 there are no persistent handles: the module skips.
 """
 
@@ -56,6 +60,9 @@ _FAILOVER = dict(persistent_handles=True, public_address=True, torture_node_cont
 LEASE = 2
 CONFIGURATIONS = {
     "ctdb": ClusterSetup(**_FAILOVER),
+    # Samba's selftest's line (selftest/target/Samba3.pm, clusteredmember): no
+    # public address, the client reconnects to the stopped node's own address
+    "ctdb-node-address": ClusterSetup(persistent_handles=True, torture_node_control=True),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
                                     adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
                                     node_lease_ttl=LEASE, **_FAILOVER),
@@ -101,8 +108,10 @@ def subtest_times(output: str) -> dict[str, float]:
 
 
 def run_torture(cluster: SambaCluster, suite: str) -> TortureRun:
-    command = ["smbtorture", cluster.public_unc, "-U", f"{TEST_USER}%{TEST_PASSWORD}",
-               "--format=subunit", suite]
+    """smbtorture at the public address, or without one at node 1's address."""
+    target = ([cluster.public_unc] if cluster.network is not None
+              else [cluster.sambas[0].unc, f"--smb-ports={cluster.port}"])
+    command = ["smbtorture", *target, "-U", f"{TEST_USER}%{TEST_PASSWORD}", "--format=subunit", suite]
     start = time.monotonic()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT,
@@ -136,7 +145,8 @@ def _all_nodes_serving(cluster: SambaCluster, timeout: float = 120.0) -> None:
         stopped = [pnn for pnn, state in states.items() if "STOPPED" in state]
         for pnn in stopped:
             cluster.ctdb.nodes[0].ctdb("-n", str(pnn), "continue", check=False)
-        if states and all(state == "OK" for state in states.values()) and cluster.ctdb.public_address_holder() is not None:
+        if states and all(state == "OK" for state in states.values()) and (
+                cluster.network is None or cluster.ctdb.public_address_holder() is not None):
             return
         time.sleep(1)
     pytest.fail(f"the cluster is not back to three serving nodes:\n{status}")
@@ -150,17 +160,32 @@ def failover_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
         found = " ".join(running.processes().values())
         assert "ctdbd" in found and "smbd" in found, f"the cluster's processes are not found: {found}"
         network = running.network
-        assert network is not None
         yield running
         processes = running.processes()
     left = still_running(processes)
     assert not left, f"the cluster's processes outlived its stop(): {left}"
-    assert not network.leftovers(), f"the cluster's network outlived its stop(): {network.leftovers()}"
+    if network is not None:
+        assert not network.leftovers(), f"the cluster's network outlived its stop(): {network.leftovers()}"
+
+
+#: known to fail with a public address, measured on 4.25.1 (ctdb and etcd
+#: alike): the subtest continues the stopped node (torture_start_ctdb_node)
+#: through its first connection, which went to the public address on the
+#: node it stops; the address's release resets that connection
+#: (util.c:1134: NT_STATUS_CONNECTION_RESET). It passes only where the
+#: address stays with the stopped node. Samba's selftest skips the suite
+#: in its cluster (selftest/skip).
+CONTENDED_RESET = ("the subtest's first connection, to the public address on the node it stops, is reset "
+                   "when the address moves, and the node is continued through it")
+CONTENDED = "smb2.persistent-open-reconnect-contended.reconnect-contended-failover"
 
 
 @pytest.mark.parametrize("suite", list(SUITES))
-def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str) -> None:
+def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str,
+                                   request: pytest.FixtureRequest) -> None:
     cluster = failover_cluster
+    if suite == CONTENDED and cluster.network is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=CONTENDED_RESET))
     _all_nodes_serving(cluster)
     before = cluster.ctdb.public_address_holder()
     logs = [node.base / "node-control.log" for node in cluster.ctdb.nodes]
@@ -179,15 +204,20 @@ def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str) -
             f"{suite}: {name}: {result} (smbtorture exit {run.returncode}); its output's end:\n"
             + "\n".join(run.output.splitlines()[-40:]))
     assert run.returncode == 0, f"smbtorture exited {run.returncode}:\n{run.output[-3000:]}"
-    # each stop did stop its node through ctdb and moved the public address
-    # to another node (not a subtest that passed without a failover)
+    # each stop did stop its node through ctdb (not a subtest that passed
+    # without a failover) and, with a public address, moved it to another node
     stops = _STOPPED.findall(control)
     assert stops, f"smbtorture stopped no node:\n{control}"
-    for pnn, rc, holder in stops:
-        assert rc == "0" and holder != pnn, f"node {pnn}: ctdb stop exit {rc}, public address on node {holder}"
+    assert all(rc == "0" for _, rc in stops), f"a ctdb stop failed:\n{control}"
+    if cluster.network is not None:
+        moved = _MOVED.findall(control)
+        assert len(moved) == len(stops), f"a stop logged no public address:\n{control}"
+        for pnn, holder in moved:
+            assert holder != pnn, f"the public address stayed on node {pnn}, which smbtorture stopped"
     _all_nodes_serving(cluster)
 
 
-#: the stop script's last line: "<time> stop_node <pnn>: public address: Public IPs ... <ip> <holder>"
-_STOPPED = re.compile(r"stop_node (\d+): ctdb stop exit (\d+)\n.*?stop_node \1: public address: .*?"
-                      r"\d+\.\d+\.\d+\.\d+ (-?\d+)")
+#: the stop script's lines: "<time> stop_node <pnn>: ctdb stop exit <rc>", and
+#: with a public address "<time> stop_node <pnn>: public address: Public IPs ... <ip> <holder>"
+_STOPPED = re.compile(r"stop_node (\d+): ctdb stop exit (\d+)")
+_MOVED = re.compile(r"stop_node (\d+): public address: .*?\d+\.\d+\.\d+\.\d+ (-?\d+)")

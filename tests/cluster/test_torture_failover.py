@@ -25,8 +25,8 @@ reached.
 Configurations: ctdb keeping every database (the baseline), and
 smbXsrv_open_global, locking.tdb and brlock.tdb on etcd through the node
 cache, both with the public address; and ctdb as Samba's selftest runs
-these suites: no public address, the client reconnecting to the stopped
-node's own address. Each subtest must report success, except
+these suites: no public address, smbtorture given every node's address
+(--unclist), each new connection going to the next node in the list. Each subtest must report success, except
 reconnect-contended-failover with a public address, a strict xfail
 (CONTENDED_RESET says why); ``-s`` prints each one's time.
 Before Samba 4.25 there are no persistent handles: the module skips.
@@ -49,7 +49,7 @@ from dbwrap_py.cluster.processes import still_running
 from dbwrap_py.cluster.samba_cluster import PERSISTENT_HANDLE_DATABASES, ClusterSetup, SambaCluster
 from dbwrap_py.paths import built_samba_release
 from dbwrap_py.samba import TEST_PASSWORD, TEST_USER
-from dbwrap_py.smbtorture import parse_results
+from dbwrap_py.smbtorture import parse_results, unclist_command, write_unclist
 
 pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in built_samba_release().split(".")) < (4, 25, 0),
@@ -61,7 +61,8 @@ LEASE = 2
 CONFIGURATIONS = {
     "ctdb": ClusterSetup(**_FAILOVER),
     # Samba's selftest's line (selftest/target/Samba3.pm, clusteredmember): no
-    # public address, the client reconnects to the stopped node's own address
+    # public address; smbtorture's --unclist sends each connection to the next
+    # node (a smbd on a stopped node takes no new connection)
     "ctdb-node-address": ClusterSetup(persistent_handles=True, torture_node_control=True),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
                                     adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
@@ -108,10 +109,15 @@ def subtest_times(output: str) -> dict[str, float]:
 
 
 def run_torture(cluster: SambaCluster, suite: str) -> TortureRun:
-    """smbtorture at the public address, or without one at node 1's address."""
-    target = ([cluster.public_unc] if cluster.network is not None
-              else [cluster.sambas[0].unc, f"--smb-ports={cluster.port}"])
-    command = ["smbtorture", *target, "-U", f"{TEST_USER}%{TEST_PASSWORD}", "--format=subunit", suite]
+    """smbtorture at the public address; without one, over the nodes'
+    addresses as Samba's selftest does (--unclist: each connection goes to
+    the next node in the list, so a reconnect reaches another node)."""
+    if cluster.network is not None:
+        command = ["smbtorture", cluster.public_unc, "-U", f"{TEST_USER}%{TEST_PASSWORD}",
+                   "--format=subunit", suite]
+    else:
+        unclist = write_unclist(cluster.sambas, cluster.root / "unclist")
+        command = unclist_command(cluster.sambas, unclist, suite)
     start = time.monotonic()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT,
@@ -193,7 +199,7 @@ def test_smbtorture_failover_suite(failover_cluster: SambaCluster, suite: str,
     run = run_torture(cluster, suite)
     control = "".join(log.read_bytes()[position:].decode(errors="replace")
                       for log, position in zip(logs, positions) if log.exists())
-    where = f"public address on node {before}" if cluster.network is not None else "node 0's own address"
+    where = f"public address on node {before}" if cluster.network is not None else "the nodes' addresses"
     print(f"\n{suite}: {run.seconds:.1f} s, exit {run.returncode}; {where} before")
     for subtest in SUITES[suite]:
         result, name = _result(run, subtest)

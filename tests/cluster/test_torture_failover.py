@@ -24,7 +24,7 @@ reached.
 
 Configurations: ctdb keeping every database (the baseline), and
 smbXsrv_open_global, locking.tdb and brlock.tdb on etcd through the node
-cache, both with the public address; and ctdb as Samba's selftest runs
+cache, each with the public address, and each as Samba's selftest runs
 these suites: no public address, smbtorture given every node's address
 (--unclist), each new connection going to the next node in the list. Each subtest must report success, except
 reconnect-contended-failover with a public address, a strict xfail
@@ -64,6 +64,10 @@ CONFIGURATIONS = {
     # public address; smbtorture's --unclist sends each connection to the next
     # node (a smbd on a stopped node takes no new connection)
     "ctdb-node-address": ClusterSetup(persistent_handles=True, torture_node_control=True),
+    "etcd-node-cache-node-address": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
+                                                 adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
+                                                 node_lease_ttl=LEASE, persistent_handles=True,
+                                                 torture_node_control=True),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
                                     adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
                                     node_lease_ttl=LEASE, **_FAILOVER),

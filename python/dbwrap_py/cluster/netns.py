@@ -17,7 +17,8 @@ across namespaces as they did before.
 
 Everything is made with ``ip`` (iproute2) and removed by name at stop():
 the namespaces, the veths (a veth pair goes with either end), the bridge,
-and /run/netns's mount when this network was the one that made it.
+and /run/netns (its mount, the folder) when this network was the one that
+made it.
 Processes run inside a namespace with ``ip netns exec``, which execs the
 command: the PID the caller gets is the process's own.
 """
@@ -88,6 +89,7 @@ class NetnsNetwork(StartStop):
     subnet: str = ""
     members: list[NodeNetwork] = field(default_factory=list)
     _made_netns_dir_mount: bool = False
+    _made_netns_dir: bool = False
     _made: list[tuple[str, str]] = field(default_factory=list)  # ("netns" | "link", name), in order
 
     @property
@@ -120,6 +122,7 @@ class NetnsNetwork(StartStop):
             raise NetnsError("every /24 of 10.254.0.0/16 is in use here")
         # one spread by the tag, so that two networks at once rarely try the same
         self.subnet = free[int(self.tag[-4:], 16) % len(free)]
+        self._made_netns_dir = not NETNS_DIR.exists()
         self._made_netns_dir_mount = not _is_mount_point(NETNS_DIR)
         self._make()  # part-made, it is removed by stop() (StartStop)
 
@@ -160,6 +163,8 @@ class NetnsNetwork(StartStop):
         if self._made_netns_dir_mount and NETNS_DIR.is_dir() and not any(NETNS_DIR.iterdir()):
             if _is_mount_point(NETNS_DIR):
                 subprocess.run(["umount", str(NETNS_DIR)], check=False, timeout=30)
+            if self._made_netns_dir and not _is_mount_point(NETNS_DIR):
+                NETNS_DIR.rmdir()
         left = self.leftovers()
         if errors or left:
             raise NetnsError(f"the network was not removed: {errors} {left}")

@@ -212,7 +212,8 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 ##@ Tests (which to run after which change: README, "Tests")
 # pytest workers (pytest-xdist): the tests mostly wait on leases, timeouts
 # and servers. A file runs on one worker, and every test that runs a
-# Cassandra on one worker (tests/python/conftest.py).
+# Cassandra on one worker; the controller starts one etcd and one Ceph for
+# every worker (tests/python/conftest.py).
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 # smbtorture runs at a time in the matrix: they mostly wait on smbd's timers.

@@ -1,4 +1,6 @@
-"""The etcd adapter against a real etcd (a throwaway server per module, 127.0.0.1).
+"""The etcd adapter against a real etcd (127.0.0.1): the run's shared one,
+under this module's prefix (conftest.py), and throwaway ones of its own for
+a dead or paused server, three members and the throwaway server itself.
 
 Driven the way the C bridge drives it: open_database() and the Database
 methods, with real processes (fork) for locks, crashes, pauses and fencing.
@@ -14,7 +16,7 @@ import os
 import pickle
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,6 +35,7 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.adapters._etcd_server import EtcdCluster
 from dbwrap_py.servers import pause_process
+from shared_servers import PrefixedEtcd
 
 pytestmark = pytest.mark.server
 
@@ -43,9 +46,8 @@ CHILD_TIMEOUT = 30  # seconds; SIGALRM ends a child that hangs
 
 
 @pytest.fixture(scope="module")
-def etcd() -> Iterator[EtcdCluster]:
-    with EtcdCluster(nodes=1) as cluster:
-        yield cluster
+def etcd(shared_etcd: PrefixedEtcd) -> PrefixedEtcd:
+    return shared_etcd
 
 
 @pytest.fixture
@@ -54,8 +56,11 @@ def name(tmp_path) -> str:
     return str(tmp_path / "test.tdb")
 
 
-def open_etcd(endpoints: str | None, name: str, volatile: bool = False, **options: Any) -> Database:
-    opts = {"endpoints": endpoints, "lease_ttl": "1", "op_timeout": "3", **options}
+def open_etcd(server: PrefixedEtcd | str | None, name: str, volatile: bool = False, **options: Any) -> Database:
+    """The database on the shared etcd under the module's prefix, or on
+    ``server``'s endpoints (None: no endpoints option)."""
+    reach = server.options() if isinstance(server, PrefixedEtcd) else {"endpoints": server}
+    opts = {**reach, "lease_ttl": "1", "op_timeout": "3", **options}
     if opts["endpoints"] is None:
         del opts["endpoints"]
     flags = TDB_CLEAR_IF_FIRST if volatile else 0
@@ -148,7 +153,7 @@ class Child:
 
 
 def test_round_trip_and_round_trip_counts(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     adapter = db.adapter
     assert db.fetch(b"k") is None
     put(db, b"k", b"v1")  # first lock also grants the process lease
@@ -170,7 +175,7 @@ def test_round_trip_and_round_trip_counts(etcd, name):
 
 
 def test_binary_keys_and_scan_never_sees_lock_keys(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     keys = [b"\x00", b"\xff\xfe", b"a/b", b"l/x", b"", b"d/\x00\xff" * 50]
     for i, key in enumerate(keys):
         put(db, key, bytes([i]) * (i + 1))
@@ -186,8 +191,8 @@ def test_binary_keys_and_scan_never_sees_lock_keys(etcd, name):
 
 
 def test_databases_with_the_same_basename_are_separate(etcd, tmp_path):
-    one = open_etcd(etcd.endpoints, str(tmp_path / "a" / "x.tdb"))
-    two = open_etcd(etcd.endpoints, str(tmp_path / "b" / "x.tdb"))
+    one = open_etcd(etcd, str(tmp_path / "a" / "x.tdb"))
+    two = open_etcd(etcd, str(tmp_path / "b" / "x.tdb"))
     put(one, b"k", b"one")
     assert two.fetch(b"k") is None
     assert one.db_id() != two.db_id()
@@ -196,14 +201,14 @@ def test_databases_with_the_same_basename_are_separate(etcd, tmp_path):
 
 
 def test_db_id_is_the_same_in_every_process(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
-    child = Child(lambda ch: open_etcd(etcd.endpoints, name).db_id())
+    db = open_etcd(etcd, name)
+    child = Child(lambda ch: open_etcd(etcd, name).db_id())
     assert child.result() == db.db_id()
     db.close()
 
 
 def test_large_values(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     limit = db.adapter.capabilities.max_value_size
     big = os.urandom(limit)
     put(db, b"big", big)
@@ -219,11 +224,11 @@ def test_large_values(etcd, name):
 
 
 def test_lock_excludes_other_processes(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     db.lock(b"k")
 
     def try_briefly(ch: Child) -> str:
-        other = open_etcd(etcd.endpoints, name, op_timeout="0.5")
+        other = open_etcd(etcd, name, op_timeout="0.5")
         start = time.monotonic()
         try:
             other.lock(b"k")
@@ -236,7 +241,7 @@ def test_lock_excludes_other_processes(etcd, name):
     assert 0.4 < float(outcome.split()[-1]) < 1.5, outcome
 
     def wait_then_write(ch: Child) -> tuple[float, bytes | None]:
-        other = open_etcd(etcd.endpoints, name)
+        other = open_etcd(etcd, name)
         ch.send("waiting")
         start = time.monotonic()
         value = other.lock(b"k")  # blocks until the parent lets go
@@ -257,11 +262,11 @@ def test_lock_excludes_other_processes(etcd, name):
 
 def test_counter_under_lock_from_four_processes(etcd, name):
     """A lock-set check: increments under the record lock never get lost."""
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     put(db, b"n", b"0")
 
     def increment(ch: Child) -> int:
-        mine = open_etcd(etcd.endpoints, name, op_timeout="20")
+        mine = open_etcd(etcd, name, op_timeout="20")
         for _ in range(25):
             value = int(mine.lock(b"n"))
             mine.unlock(b"n", str(value + 1).encode())
@@ -277,7 +282,7 @@ def test_lock_of_a_killed_holder_goes_with_its_lease(etcd, name):
     ttl = 2
 
     def hold(ch: Child) -> None:
-        holder = open_etcd(etcd.endpoints, name, lease_ttl=str(ttl))
+        holder = open_etcd(etcd, name, lease_ttl=str(ttl))
         holder.lock(b"k")
         ch.send("locked")
         time.sleep(CHILD_TIMEOUT)
@@ -285,13 +290,13 @@ def test_lock_of_a_killed_holder_goes_with_its_lease(etcd, name):
     child = Child(hold)
     assert child.recv() == "locked"
     time.sleep(ttl)  # the keepalive thread keeps it past one TTL
-    db = open_etcd(etcd.endpoints, name, op_timeout="0.2")
+    db = open_etcd(etcd, name, op_timeout="0.2")
     with pytest.raises(Timeout):
         db.lock(b"k")
     child.kill(signal.SIGKILL)
     killed = time.monotonic()
     child.wait()
-    db = open_etcd(etcd.endpoints, name, op_timeout=str(ttl + 3), lease_ttl=str(ttl))
+    db = open_etcd(etcd, name, op_timeout=str(ttl + 3), lease_ttl=str(ttl))
     db.lock(b"k")
     released = time.monotonic() - killed
     db.unlock(b"k")
@@ -305,7 +310,7 @@ def test_paused_holder_is_fenced_out(etcd, name):
     """Jepsen's lesson: a holder paused past its lease must not overwrite the next holder."""
 
     def holder(ch: Child) -> list[str]:
-        db = open_etcd(etcd.endpoints, name, lease_ttl="1")
+        db = open_etcd(etcd, name, lease_ttl="1")
         db.lock(b"a")
         db.lock(b"b")
         ch.send("locked")
@@ -328,7 +333,7 @@ def test_paused_holder_is_fenced_out(etcd, name):
     assert child.recv() == "locked"
     pause_process(child.pid)  # its keepalive thread stops too, before the take-over starts
     try:
-        db = open_etcd(etcd.endpoints, name, op_timeout="5")
+        db = open_etcd(etcd, name, op_timeout="5")
         start = time.monotonic()
         db.lock(b"a")
         db.lock(b"b")
@@ -348,8 +353,8 @@ def test_paused_holder_is_fenced_out(etcd, name):
 
 
 def test_transaction_commit_cancel_and_isolation(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
-    other = open_etcd(etcd.endpoints, name, op_timeout="0.3")  # another owner, as another process
+    db = open_etcd(etcd, name)
+    other = open_etcd(etcd, name, op_timeout="0.3")  # another owner, as another process
     put(db, b"old", b"1")
     db.transaction_start(False)
     put(db, b"new", b"2")
@@ -379,8 +384,8 @@ def test_transaction_commit_cancel_and_isolation(etcd, name):
 
 
 def test_transaction_waits_for_record_lock_holders(etcd, name):
-    db = open_etcd(etcd.endpoints, name, op_timeout="0.5")
-    other = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name, op_timeout="0.5")
+    other = open_etcd(etcd, name)
     other.lock(b"k")
     with pytest.raises(LockConflict):
         db.transaction_start(True)
@@ -398,7 +403,7 @@ def test_transaction_waits_for_record_lock_holders(etcd, name):
 
 
 def test_transaction_many_records_commit_in_one_etcd_txn(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     db.transaction_start(False)
     for i in range(300):
         put(db, b"k%d" % i, b"v%d" % i)
@@ -413,8 +418,8 @@ def test_transaction_many_records_commit_in_one_etcd_txn(etcd, name):
 
 
 def test_seqnum_changes_on_every_write_and_only_then(etcd, tmp_path):
-    db = open_etcd(etcd.endpoints, str(tmp_path / "a.tdb"))
-    neighbour = open_etcd(etcd.endpoints, str(tmp_path / "b.tdb"))
+    db = open_etcd(etcd, str(tmp_path / "a.tdb"))
+    neighbour = open_etcd(etcd, str(tmp_path / "b.tdb"))
     seen = [db.seqnum()]
 
     def changed() -> bool:
@@ -445,7 +450,7 @@ def test_seqnum_changes_on_every_write_and_only_then(etcd, tmp_path):
 
 
 def test_scan_pages_at_one_revision(etcd, name):
-    db = open_etcd(etcd.endpoints, name, page_size="7")
+    db = open_etcd(etcd, name, page_size="7")
     expected = {b"k%02d" % i: b"v%d" % i for i in range(50)}
     db.transaction_start(False)
     for key, value in expected.items():
@@ -464,7 +469,7 @@ def test_scan_pages_at_one_revision(etcd, name):
 
 
 def test_wipe_and_check(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     for i in range(5):
         put(db, b"k%d" % i, b"v")
     db.check()
@@ -483,12 +488,12 @@ def test_wipe_and_check(etcd, name):
 
 
 def test_volatile_database_is_wiped_by_the_first_opener_only(etcd, name):
-    first = open_etcd(etcd.endpoints, name, volatile=True)
+    first = open_etcd(etcd, name, volatile=True)
     put(first, b"k", b"v")
-    second = open_etcd(etcd.endpoints, name, volatile=True)
+    second = open_etcd(etcd, name, volatile=True)
     assert second.fetch(b"k") == b"v", "an open while others have it open keeps the data"
     def open_read_close(ch: Child) -> bytes | None:
-        db = open_etcd(etcd.endpoints, name, volatile=True)
+        db = open_etcd(etcd, name, volatile=True)
         value = db.fetch(b"k")
         db.close()  # else its opener key lives on until its lease lapses
         return value
@@ -496,14 +501,14 @@ def test_volatile_database_is_wiped_by_the_first_opener_only(etcd, name):
     assert Child(open_read_close).result() == b"v"
     first.close()
     second.close()
-    third = open_etcd(etcd.endpoints, name, volatile=True)
+    third = open_etcd(etcd, name, volatile=True)
     assert third.fetch(b"k") is None, "nobody had it open: the next open starts empty"
     third.close()
 
 
 def test_volatile_database_of_a_crashed_opener_is_wiped_after_its_lease(etcd, name):
     def open_write_hang(ch: Child) -> None:
-        db = open_etcd(etcd.endpoints, name, volatile=True)
+        db = open_etcd(etcd, name, volatile=True)
         put(db, b"k", b"v")
         ch.send("written")
         time.sleep(CHILD_TIMEOUT)
@@ -512,11 +517,11 @@ def test_volatile_database_of_a_crashed_opener_is_wiped_after_its_lease(etcd, na
     assert child.recv() == "written"
     child.kill(signal.SIGKILL)
     child.wait()
-    soon = open_etcd(etcd.endpoints, name, volatile=True)
+    soon = open_etcd(etcd, name, volatile=True)
     assert soon.fetch(b"k") == b"v", "the dead opener counts until its lease lapses"
     soon.close()
     time.sleep(1.6)  # lease TTL 1 s + the lessor's 0.5 s tick
-    later = open_etcd(etcd.endpoints, name, volatile=True)
+    later = open_etcd(etcd, name, volatile=True)
     assert later.fetch(b"k") is None
     later.close()
 
@@ -525,7 +530,7 @@ def test_volatile_database_of_a_crashed_opener_is_wiped_after_its_lease(etcd, na
 
 
 def test_fork_child_gets_its_own_connection_and_lease(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     put(db, b"k", b"parent")
     db.lock(b"held")  # the parent's lock is not the child's
     parent_session = db.adapter._session
@@ -535,7 +540,7 @@ def test_fork_child_gets_its_own_connection_and_lease(etcd, name):
         put(db, b"k", b"child")
         session = db.adapter._session
         try:
-            other = open_etcd(etcd.endpoints, name, op_timeout="0.3")
+            other = open_etcd(etcd, name, op_timeout="0.3")
             other.lock(b"held")
             held_by_parent = False
         except Timeout:
@@ -553,7 +558,7 @@ def test_fork_child_gets_its_own_connection_and_lease(etcd, name):
 
 
 def test_forked_pool_of_writers(etcd, name):
-    db = open_etcd(etcd.endpoints, name)
+    db = open_etcd(etcd, name)
     put(db, b"warm", b"up")  # the parent has a live connection, lease and thread at fork
 
     def writer(index: int) -> Callable[[Child], int]:

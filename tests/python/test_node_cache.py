@@ -24,6 +24,7 @@ from dbwrap_py.errors import FencedOut, Unavailable
 from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.options import Options
 
+from shared_servers import PrefixedCeph, PrefixedEtcd
 from test_etcd import Child
 
 pytestmark = pytest.mark.server
@@ -34,13 +35,15 @@ RW = os.O_RDWR | os.O_CREAT
 
 
 class EtcdBackend:
+    """etcd: the run's one-node etcd, under the module's prefix (conftest.py)."""
+
     adapter = "etcd"
 
-    def __init__(self, cluster) -> None:
-        self.cluster = cluster
+    def __init__(self, shared: PrefixedEtcd) -> None:
+        self.shared = shared
 
     def options(self) -> dict[str, str]:
-        return {"endpoints": self.cluster.endpoints, "lease_ttl": str(TTL), "op_timeout": "5"}
+        return {**self.shared.options(), "lease_ttl": str(TTL), "op_timeout": "5"}
 
     @staticmethod
     def round_trips(db: Database) -> int:
@@ -48,22 +51,22 @@ class EtcdBackend:
         return inner.round_trips
 
     def holdings(self, node: bytes) -> int:
-        """Record locks, bucket claims and detached marks the node holds in etcd."""
+        """Record locks, bucket claims and detached marks the node holds in etcd, under the prefix."""
         import base64
 
+        from dbwrap_py.adapters._etcd_keys import prefix_end
         from test_etcd import b64, raw_call
 
-        reply = raw_call(self.cluster.endpoints, "/v3/kv/range", {"key": b64(b"\0"), "range_end": b64(b"\0")})
+        prefix = self.shared.prefix.encode() + b"/"
+        reply = raw_call(self.shared.endpoints, "/v3/kv/range",
+                         {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
         mark = b"node:" + node + b":"
         return sum(base64.b64decode(kv.get("value", "")).startswith(mark) for kv in reply.get("kvs", []))
 
 
 @contextmanager
-def etcd_backend() -> Iterator[EtcdBackend]:
-    from dbwrap_py.adapters._etcd_server import EtcdCluster
-
-    with EtcdCluster(nodes=1) as cluster:
-        yield EtcdBackend(cluster)
+def etcd_backend(shared: PrefixedEtcd) -> Iterator[EtcdBackend]:
+    yield EtcdBackend(shared)
 
 
 class SqliteLeasedBackend:
@@ -116,15 +119,16 @@ def sqlite_leased_backend() -> Iterator[SqliteLeasedBackend]:
 
 
 class RadosBackend:
-    """rados: a one-OSD throwaway Ceph; ownership lives in the record objects' omaps."""
+    """rados: the run's one-OSD Ceph, the objects under the module's prefix
+    (conftest.py); ownership lives in the record objects' omaps."""
 
     adapter = "rados"
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.reach = options
+    def __init__(self, shared: PrefixedCeph) -> None:
+        self.shared = shared
 
     def options(self) -> dict[str, str]:
-        return {**self.reach, "lease": str(TTL), "op_timeout": "5"}
+        return {**self.shared.options(), "lease": str(TTL), "op_timeout": "5"}
 
     @staticmethod
     def round_trips(db: Database) -> int:
@@ -132,14 +136,16 @@ class RadosBackend:
         return inner.round_trips
 
     def holdings(self, node: bytes) -> int:
-        """Record locks and bucket claims the node holds on a live lease, in every object."""
+        """Record locks and bucket claims the node holds on a live lease, in every object under the prefix."""
         from dbwrap_py.adapters import _rados_client as rc
         from dbwrap_py.adapters._rados_ownership import Leases, parse_holder
 
         ops = rc.Ops(rc.ClientConfig.from_options(self.options(), 5.0))
-        leases = Leases(ops, "dbwrap_py")
+        leases = Leases(ops, self.shared.prefix)
         held = 0
         for obj in ops.io.list_objects():
+            if not obj.key.startswith(self.shared.prefix + "/"):
+                continue  # another module's
             entries, _ = ops.page(obj.key, "", "", "holdings")  # a test's objects hold few entries
             for name, value in entries:
                 if name[0] in "nN" and parse_holder(value)[0] == node and leases.live(*parse_holder(value)):
@@ -148,11 +154,8 @@ class RadosBackend:
 
 
 @contextmanager
-def rados_backend() -> Iterator[RadosBackend]:
-    from dbwrap_py.adapters._rados_server import throwaway_cluster
-
-    with throwaway_cluster() as reach:
-        yield RadosBackend(reach)
+def rados_backend(shared: PrefixedCeph) -> Iterator[RadosBackend]:
+    yield RadosBackend(shared)
 
 
 class CassandraBackend:
@@ -253,9 +256,13 @@ BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados
             "cassandra": cassandra_backend, "fdb": fdb_backend}
 
 
+#: the backends on the run's shared servers, and the fixture of each (conftest.py)
+SHARED = {"etcd": "shared_etcd", "rados": "shared_ceph", "cassandra": "shared_cassandra"}
+
+
 @pytest.fixture(scope="module", params=sorted(BACKENDS))
 def backend(request):
-    shared = (request.getfixturevalue("shared_cassandra"),) if request.param == "cassandra" else ()
+    shared = (request.getfixturevalue(SHARED[request.param]),) if request.param in SHARED else ()
     with BACKENDS[request.param](*shared) as backend:
         yield backend
 

@@ -21,7 +21,7 @@ from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Ownership
 
-# the same backends (one server per module) and two node agents as there
+# the same backends (the run's shared servers, under this module's prefix) and two node agents as there
 from test_node_cache import TTL, backend, fdb_backend, name, nodes, open_on, put  # noqa: F401  (fixtures)
 
 

@@ -1,7 +1,9 @@
 """The rados adapter on a real throwaway Ceph (one mon, one memstore OSD):
 what the conformance suite does not see from outside: round trips, wake-ups
 by notify, paging past the OSD's 1024-entry cap, atomic commits under
-SIGKILL, and a dead cluster failing within op_timeout."""
+SIGKILL, and a dead cluster failing within op_timeout. The run's shared
+Ceph, this module's objects under their own prefix (conftest.py); the
+paused OSD on a Ceph of its own."""
 
 from __future__ import annotations
 
@@ -23,15 +25,16 @@ from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
 from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
+from shared_servers import PrefixedCeph  # noqa: E402
 from lease_renewal import assert_renewal_keeps_the_lock  # noqa: E402
 
 VOLATILE = TDB_CLEAR_IF_FIRST | TDB_SEQNUM
 
 
 @pytest.fixture(scope="module")
-def ceph():
-    with CephCluster(osds=1) as cluster:
-        yield cluster
+def ceph(shared_ceph: PrefixedCeph) -> PrefixedCeph:
+    """The run's one-OSD Ceph, this module's objects under a prefix of their own (conftest.py)."""
+    return shared_ceph
 
 
 OPENED: list[RadosAdapter] = []

@@ -17,20 +17,20 @@ rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
 from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
-from dbwrap_py.adapters._rados_ownership import RadosNodeStore, request_entry  # noqa: E402
-from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
+from dbwrap_py.adapters._rados_ownership import RadosNodeStore, node_oid, request_entry  # noqa: E402
 from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
 from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
+from shared_servers import PrefixedCeph  # noqa: E402
 
 TTL = 1.5
 
 
 @pytest.fixture(scope="module")
-def ceph():
-    with CephCluster(osds=1) as cluster:
-        yield cluster
+def ceph(shared_ceph: PrefixedCeph) -> PrefixedCeph:
+    """The run's one-OSD Ceph, this module's objects under a prefix of their own (conftest.py)."""
+    return shared_ceph
 
 
 def open_db(ceph, tmp_path, **options) -> RadosAdapter:
@@ -96,7 +96,7 @@ def test_a_process_lock_refuses_a_node_take_and_its_bucket_claim(node):
     # now the node owns the bucket: a process's lock asks the node and waits
     taken, _ = db.take_lease(b"held", 1, 1.0, read=True)
     assert not taken
-    entries, _ = store.ops.page("dbwrap_py/_nodes/n", "", "q", "test")
+    entries, _ = store.ops.page(node_oid(store.prefix, b"n"), "", "q", "test")
     assert [name for name, _ in entries] == [request_entry(db.node_cache_id, b"held")]
     # handed back (detached from the claim): the process gets it
     assert own.write_back(b"held", b"w", claim.token, True, b"n", lease.id)

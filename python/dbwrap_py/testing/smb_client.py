@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from smbprotocol.connection import Capabilities, Connection, Dialects
-from smbprotocol.create_contexts import (CreateContextName, DurableHandleFlags, SMB2CreateContextRequest,
+from smbprotocol.create_contexts import (CreateContextName, DurableHandleFlags, LeaseState, SMB2CreateContextRequest,
                                          SMB2CreateDurableHandleReconnectV2, SMB2CreateDurableHandleRequest,
                                          SMB2CreateDurableHandleRequestV2, SMB2CreateDurableHandleResponse,
-                                         SMB2CreateDurableHandleResponseV2)
+                                         SMB2CreateDurableHandleResponseV2, SMB2CreateRequestLeaseV2,
+                                         SMB2CreateResponseLeaseV2)
 from smbprotocol.exceptions import SMBResponseException
 from smbprotocol.open import (CreateDisposition, CreateOptions, FileAttributes, FilePipePrinterAccessMask,
                               ImpersonationLevel, LockFlags, Open, RequestedOplockLevel, ShareAccess,
@@ -89,37 +90,42 @@ class SmbClient:
         handle.durable = any(isinstance(reply, SMB2CreateDurableHandleResponse) for reply in replies or ())
         return handle
 
-    def open_persistent(self, name: str, create_guid: uuid.UUID, timeout_ms: int = 60000) -> Open:
+    def open_persistent(self, name: str, create_guid: uuid.UUID, timeout_ms: int = 60000,
+                        lease_key: bytes | None = None) -> Open:
         """A new file, read-write, with a persistent handle asked for
-        (SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2, no oplock: Samba 4.25 grants
-        none with one); ``handle.persistent`` says if it was granted."""
+        (SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2; no oplock: Samba 4.25 grants
+        none with one) and, with ``lease_key``, a read-write-handle lease;
+        ``handle.persistent`` says if it was granted, ``handle.lease_state``
+        which lease (None: none)."""
         request = SMB2CreateDurableHandleRequestV2()
         request["timeout"] = timeout_ms
         request["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
         request["create_guid"] = create_guid
+        contexts = [_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2, request)]
         handle = Open(self.tree, name)
         replies = handle.create(ImpersonationLevel.Impersonation, READ_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
                                 SHARE_READ, CreateDisposition.FILE_OVERWRITE_IF,
-                                CreateOptions.FILE_NON_DIRECTORY_FILE,
-                                create_contexts=[_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_REQUEST_V2,
-                                                          request)])
+                                CreateOptions.FILE_NON_DIRECTORY_FILE, **_leased(contexts, lease_key))
         handle.persistent = any(isinstance(reply, SMB2CreateDurableHandleResponseV2) and
                                 reply["flags"].has_flag(DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT)
                                 for reply in replies or ())
+        handle.lease_state = _lease_state(replies)
         return handle
 
-    def reclaim(self, name: str, file_id: bytes, create_guid: uuid.UUID) -> Open:
+    def reclaim(self, name: str, file_id: bytes, create_guid: uuid.UUID, lease_key: bytes | None = None) -> Open:
         """Reconnect to a persistent handle (SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2)
-        after the connection, or the server, went away."""
+        after the connection, or the server, went away; with the lease key
+        its open had. ``handle.lease_state``: the lease it has now."""
         request = SMB2CreateDurableHandleReconnectV2()
         request["file_id"] = file_id
         request["create_guid"] = create_guid
         request["flags"] = DurableHandleFlags.SMB2_DHANDLE_FLAG_PERSISTENT
+        contexts = [_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2, request)]
         handle = Open(self.tree, name)
-        handle.create(ImpersonationLevel.Impersonation, READ_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
-                      SHARE_READ, CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE,
-                      create_contexts=[_context(CreateContextName.SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2,
-                                                request)])
+        replies = handle.create(ImpersonationLevel.Impersonation, READ_WRITE, FileAttributes.FILE_ATTRIBUTE_NORMAL,
+                                SHARE_READ, CreateDisposition.FILE_OPEN, CreateOptions.FILE_NON_DIRECTORY_FILE,
+                                **_leased(contexts, lease_key))
+        handle.lease_state = _lease_state(replies)
         return handle
 
     @staticmethod
@@ -138,6 +144,28 @@ class SmbClient:
     def abandon(self) -> None:
         """Drop the connection without a word to the server (it is dead)."""
         self.connection.disconnect(False)
+
+
+def _leased(contexts: list[SMB2CreateContextRequest], lease_key: bytes | None) -> dict[str, object]:
+    """create()'s oplock level and contexts, with a lease (v2) asked for
+    read, write and handle caching under ``lease_key``."""
+    if lease_key is None:
+        return {"create_contexts": contexts}
+    lease = SMB2CreateRequestLeaseV2()
+    lease["lease_key"] = lease_key
+    lease["lease_state"] = (LeaseState.SMB2_LEASE_READ_CACHING | LeaseState.SMB2_LEASE_WRITE_CACHING |
+                            LeaseState.SMB2_LEASE_HANDLE_CACHING)
+    lease["parent_lease_key"] = b"\0" * 16
+    lease["epoch"] = b"\0\0"
+    return {"oplock_level": RequestedOplockLevel.SMB2_OPLOCK_LEVEL_LEASE,
+            "create_contexts": [*contexts, _context(CreateContextName.SMB2_CREATE_REQUEST_LEASE_V2, lease)]}
+
+
+def _lease_state(replies: object) -> int | None:
+    for reply in replies or ():  # type: ignore[attr-defined]
+        if isinstance(reply, SMB2CreateResponseLeaseV2):
+            return int(reply["lease_state"].get_value())
+    return None
 
 
 def _context(name: int, data: object) -> SMB2CreateContextRequest:

@@ -80,7 +80,7 @@ RESULTS    := results
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
-	preload-claiming
+	preload-claiming test-cluster-torture-failover test-sid-torture-failover
 
 .DEFAULT_GOAL := all
 
@@ -285,6 +285,9 @@ test-sid: ## make demo, make test and the persistent-handle suites in a fresh De
 test-sid-cluster: ## make demo and the three-node cluster tests in a fresh Debian sid root (Samba 4.25)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo test-cluster" scripts/test-fresh.sh
 
+test-sid-torture-failover: ## make demo and smbtorture's failover suites on the three-node cluster in a fresh Debian sid root (Samba 4.25)
+	@FRESH_SUITE=sid FRESH_TARGETS="demo test-cluster-torture-failover" scripts/test-fresh.sh
+
 test-sid-core: ## make demo, make check and tests/smb in a fresh Debian sid root (Samba 4.25; CI)
 	@FRESH_SUITE=sid FRESH_TARGETS="demo check test-smb" scripts/test-fresh.sh
 
@@ -416,6 +419,18 @@ test-cluster-persistent: all ## Samba 4.25: a persistent handle survives its nod
 		"handles need Samba 4.25 or later; this is $(SAMBA_VERSION) (make test-sid-cluster has 4.25)" >&2; exit 1; }
 	PERSISTENT_FAILOVER_RUNS=$(PERSISTENT_RUNS) $(VPY) -m pytest -q -s -rA \
 		$(if $(PERSISTENT_K),-k '$(PERSISTENT_K)') tests/cluster/test_persistent_failover.py
+
+# Samba 4.25: smbtorture's failover suites (smb2.persistent-open-failover,
+# reconnect-contended-failover) on three-node clusters: each node in a network
+# namespace of its own, a ctdb public address that moves when smbtorture stops
+# the node serving it (ctdb, and etcd with the node cache), and Samba's
+# selftest's line without one (--unclist). Needs root, ip (iproute2) and
+# ethtool; every namespace, veth and bridge is removed again.
+test-cluster-torture-failover: all ## Samba 4.25: smbtorture's failover suites, ctdb public address moving between 3 nodes
+	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "test-cluster-torture-failover: smbtorture's" \
+		"failover suites need persistent handles, Samba 4.25 or later; this is $(SAMBA_VERSION)" \
+		"(make test-sid-torture-failover has 4.25)" >&2; exit 1; }
+	$(VPY) -m pytest -q -s -rA tests/cluster/test_torture_failover.py
 
 # The installed smbd and Samba tools on the bridge (needs root, as smbd does).
 test-smb: all ## the installed smbd and Samba's tools through the preload

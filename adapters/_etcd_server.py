@@ -54,13 +54,13 @@ COMPACTION_RETENTION = 10000
 MAX_TXN_OPS = 4096
 BCRYPT_COST = 4
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, host: str = HOST) -> list[int]:
     """``count`` distinct ports that were free a moment ago (the caller retries on a race)."""
     sockets = []
     try:
         for _ in range(count):
             s = socket.socket()
-            s.bind((HOST, 0))
+            s.bind((host, 0))
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
@@ -122,8 +122,10 @@ class EtcdTls:
 
 
 class _Member:
-    def __init__(self, index: int, root: Path, client_port: int, peer_port: int, scheme: str = "http") -> None:
+    def __init__(self, index: int, root: Path, client_port: int, peer_port: int, scheme: str = "http",
+                 host: str = HOST) -> None:
         self.name = f"m{index}"
+        self.host = host
         self.scheme = scheme
         self.client_port = client_port
         self.peer_port = peer_port
@@ -133,11 +135,11 @@ class _Member:
 
     @property
     def client_url(self) -> str:
-        return f"{self.scheme}://{HOST}:{self.client_port}"
+        return f"{self.scheme}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{HOST}:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
 
 class EtcdCluster:
@@ -145,7 +147,9 @@ class EtcdCluster:
 
     With ``tls``, the client URLs are https (see EtcdTls). ``auth_token_ttl``
     (seconds) is etcd's --auth-token-ttl: how long an unused simple token
-    lives once auth is on (enable_auth).
+    lives once auth is on (enable_auth). ``host``: the address the members
+    listen on (a cluster in network namespaces reaches its bridge's, not
+    127.0.0.1; the TLS certificates name 127.0.0.1 only).
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class EtcdCluster:
         start_timeout: float = 30.0,
         tls: EtcdTls | None = None,
         auth_token_ttl: int | None = None,
+        host: str = HOST,
     ) -> None:
         if nodes < 1:
             raise ValueError("an etcd cluster needs at least one member")
@@ -165,6 +170,7 @@ class EtcdCluster:
         if binary is None:
             raise EtcdError("no etcd binary on PATH (Debian: apt-get install etcd-server)")
         self.nodes = nodes
+        self.host = host
         self.binary = binary
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
@@ -197,10 +203,10 @@ class EtcdCluster:
         last_error: Exception | None = None
         for _ in range(3):  # a port taken between _free_ports and etcd's bind: try new ones
             self.root = Path(tempfile.mkdtemp(prefix="dbwrap-py-etcd-"))
-            ports = _free_ports(2 * self.nodes)
+            ports = _free_ports(2 * self.nodes, self.host)
             scheme = "https" if self.tls is not None else "http"
             self._members = [
-                _Member(i, self.root, ports[2 * i], ports[2 * i + 1], scheme) for i in range(self.nodes)
+                _Member(i, self.root, ports[2 * i], ports[2 * i + 1], scheme, self.host) for i in range(self.nodes)
             ]
             self._credentials = None
             try:
@@ -237,7 +243,7 @@ class EtcdCluster:
 
     def member_endpoint(self, index: int) -> str:
         member = self._members[index]
-        return member.client_url if self.tls is not None else f"{HOST}:{member.client_port}"
+        return member.client_url if self.tls is not None else f"{self.host}:{member.client_port}"
 
     # -- auth -----------------------------------------------------------------
 
@@ -400,8 +406,8 @@ class EtcdCluster:
 
     def _connect(self, port: int, timeout: float) -> http.client.HTTPConnection:
         if self._context is not None:
-            return http.client.HTTPSConnection(HOST, port, timeout=timeout, context=self._context)
-        return http.client.HTTPConnection(HOST, port, timeout=timeout)
+            return http.client.HTTPSConnection(self.host, port, timeout=timeout, context=self._context)
+        return http.client.HTTPConnection(self.host, port, timeout=timeout)
 
     def _post(self, index: int, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
         conn = self._connect(self._members[index].client_port, timeout=10.0)

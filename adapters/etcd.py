@@ -823,7 +823,8 @@ def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
     from dbwrap_py.nodecache.adapter import node_cache_mode
     from dbwrap_py.adapters._etcd_server import EtcdCluster
 
-    with EtcdCluster(nodes=1) as cluster:
+    # throwaway_host: where it listens (not an adapter option; SambaCluster's)
+    with EtcdCluster(nodes=1, host=str(options.get("throwaway_host", "127.0.0.1"))) as cluster:
         reach = {"endpoints": cluster.endpoints}
         parsed = Options(dict(options))
         if node_cache_mode(parsed) is None or options.get("node_cache_dir"):

@@ -14,7 +14,7 @@ packages="
   build-essential pkg-config
   python3 python3-dev python3-venv python3-wheel python3-setuptools
   libtalloc-dev libtdb-dev tdb-tools
-  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb
+  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool
   etcd-server openssl valgrind
   ceph-mon ceph-osd ceph-common python3-rados
   maven
@@ -40,6 +40,10 @@ packages="
 #   smbclient                        smbclient, the tests' SMB client
 #   ctdb                             ctdbd and the ctdb CLI: the three-node cluster
 #                                    (dbwrap_py.cluster), its messaging and its baseline
+#   iproute2                         ip netns, veth and bridge: the cluster's public
+#                                    addresses (make test-cluster-torture-failover)
+#   ethtool                          ctdb's 10.interface event script: the link of
+#                                    the interface a public address goes on
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
 #   ceph-mon                         ceph-mon, the throwaway Ceph's monitor; its dependency

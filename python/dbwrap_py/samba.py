@@ -79,6 +79,9 @@ class SambaSetup:
     share_path: Path | None = None
     #: the preload library; None: build/'s, LD_PRELOADed only when something is bridged
     preload: Path | None = None
+    #: what smbd is started through (a cluster node's ``ip netns exec <ns>``,
+    #: which execs smbd: its PID stays smbd's); the Samba tools run without it
+    command_prefix: Sequence[str] = ()
 
 
 def free_port() -> int:
@@ -157,7 +160,8 @@ class ThrowawaySamba(StartStop):
                           input=f"{TEST_PASSWORD}\n{TEST_PASSWORD}\n")
         self._smbd_stderr = open(self.root / "smbd.stderr", "wb")
         self._smbd = subprocess.Popen(
-            ["smbd", "--foreground", "--no-process-group", f"--configfile={self.conf}"],
+            [*self.setup.command_prefix, "smbd", "--foreground", "--no-process-group",
+             f"--configfile={self.conf}"],
             env=self.env,
             stdin=subprocess.DEVNULL,  # smbd --foreground exits when a stdin pipe closes
             stdout=subprocess.DEVNULL,

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -96,3 +97,62 @@ def test_a_reused_pid_is_not_the_process_that_had_it():
     me = in_sessions({os.getsid(0)})[os.getpid()]
     assert still_running({os.getpid(): me}) == {os.getpid(): me}
     assert still_running({os.getpid(): "ctdbd -i"}) == {}
+
+
+IP_OUTPUT = """Public IPs on node 0
+10.254.7.100 1
+10.254.7.101 -1
+"""
+
+
+def test_the_public_address_holder_is_read_from_ctdb_ip():
+    from dbwrap_py.cluster.ctdb import _IP_LINE
+
+    assert _IP_LINE.findall(IP_OUTPUT) == [("10.254.7.100", "1"), ("10.254.7.101", "-1")]
+
+
+def test_node_control_stops_in_the_background_only_with_a_public_address(tmp_path):
+    from dbwrap_py.cluster.ctdb import CtdbNode
+    from dbwrap_py.cluster.netns import NodeNetwork
+
+    cluster = SambaCluster(ClusterSetup(torture_node_control=True), root=tmp_path)
+    for network, background in ((None, False), (NodeNetwork(0, "ns", "veth", "10.254.7.1"), True)):
+        base = tmp_path / str(background)
+        base.mkdir()
+        params = cluster._node_control(CtdbNode(0, base, "10.254.7.1", network))
+        assert params["smbd:FSCTL_SMBTORTURE"] == "yes" and params["smbd:suicide mode"] == "yes"
+        stop = (base / "stop_node.sh").read_text()
+        start = (base / "start_node.sh").read_text()
+        assert params["clusteredmember:stop_node"] == str(base / "stop_node.sh")
+        assert 'ctdb -n "$1" stop' in stop and 'ctdb -n "$1" continue' in start
+        assert stop.rstrip().endswith("exit 0") == background  # the FSCTL's answer first
+        assert ("public address" in stop) == background
+        assert " &\n" not in start
+        for script in (base / "stop_node.sh", base / "start_node.sh"):
+            assert os.access(script, os.X_OK)
+            assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_the_network_is_made_and_removed_whole():
+    from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
+
+    with NetnsNetwork(nodes=2) as network:
+        assert sorted(network.leftovers()) == sorted(
+            [f"netns {network.tag}n0", f"netns {network.tag}n1", f"link {network.bridge}",
+             f"link {network.tag}v0", f"link {network.tag}v1"])
+        inside = subprocess.run([*network.members[1].exec_prefix(), "ip", "-4", "-o", "addr", "show",
+                                 NODE_INTERFACE], capture_output=True, text=True, check=True).stdout
+        assert f" {network.members[1].address}/24 " in inside
+        # a node reaches the caller's namespace across the bridge
+        with socket.socket() as listener:
+            listener.bind((network.bridge_address, 0))
+            listener.listen(1)
+            port = listener.getsockname()[1]
+            connect = f"import socket; socket.create_connection(({network.bridge_address!r}, {port}), 5).close()"
+            subprocess.run([*network.members[0].exec_prefix(), sys.executable, "-c", connect],
+                           check=True, timeout=30)
+            peer = listener.accept()[0]
+            assert peer.getpeername()[0] == network.members[0].address
+            peer.close()
+    assert network.leftovers() == []

@@ -63,6 +63,8 @@ USED_FILES = [
     ("/usr/bin/mvn", "the throwaway Cassandra's jars, from Maven Central"),
     ("/usr/bin/valgrind", "make test-memcheck, make bench-bridge"),
     ("/usr/sbin/useradd", "ThrowawaySamba's unix user"),
+    ("/sbin/ip", "the cluster's network namespaces (make test-cluster-torture-failover)"),
+    ("/sbin/ethtool", "ctdb's 10.interface: the public interface's link"),
     ("/usr/include/talloc.h", "the bridge and the tdb adapter's C extension"),
     ("/usr/include/tdb.h", "the bridge and the tdb adapter's C extension"),
     (f"/usr/lib/{MULTIARCH}/libtdb.so", "the bridge and the tdb adapter's C extension link it"),

@@ -1,5 +1,6 @@
 """A throwaway ctdb: one ctdbd per node on 127.0.0.1, .2, .3 ..., all state
-in one folder.
+in one folder; or, with a NetnsNetwork, each ctdbd in a network namespace
+of its own, with a public address that ctdb moves between the nodes.
 
 With ``CTDB_TEST_MODE=yes`` ctdbd takes every path from ``CTDB_BASE``: its
 ctdb.conf, nodes file, socket, pid file and database directories. So the
@@ -22,9 +23,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork, NodeNetwork
 from dbwrap_py.servers import StartStop, stop_process_group
 
 CTDBD = "/usr/sbin/ctdbd"
@@ -35,8 +38,41 @@ CTDB = "ctdb"
 HELPER_BINDIR = "/usr/libexec/ctdb"
 #: ctdb's shipped notification script; without it ctdbd logs a line per state change
 NOTIFY_SCRIPT = Path("/etc/ctdb/notify.sh")
+#: ctdb's shell functions, which its event scripts read from CTDB_BASE
+FUNCTIONS = Path("/etc/ctdb/functions")
+#: the event script that adds a public address to the node taking it over
+#: and removes it from the node releasing it (``ip addr``; its iptables
+#: rules are skipped, with a logged error, where iptables is not installed)
+INTERFACE_SCRIPT = Path("/usr/share/ctdb/events/legacy/10.interface.script")
+
+#: ctdbd in test mode skips two things it does with a public address
+#: (ctdbd.c: do_checkpublicip = false; ctdb_takeover.c): it does not look
+#: whether its node has the address already, so every takeover run asks the
+#: holder to take it again, 10.interface's ``ip addr add`` fails with
+#: "Address already assigned" and the node is banned; and it announces no
+#: taken address (no gratuitous ARP), so clients keep sending to the old
+#: node's MAC address until their neighbour entry goes stale (smbtorture's
+#: reconnect: NT_STATUS_IO_TIMEOUT). Both measured on 4.25.1. This wrapper
+#: does what ctdbd does outside test mode: a takeip of an address the
+#: interface has is done, and a taken address is announced (``ctdb
+#: gratarp``, as 10.interface's own updateip does); ctdb's script does the rest.
+TAKEIP_ONCE = """#!/bin/sh
+# ctdb's 10.interface; a takeip of an address the interface has already is
+# done, and a taken address is announced (ctdbd in test mode does neither)
+if [ "$1" = takeip ]; then
+\tif ip -o addr show dev "$2" | grep -qF " $3/$4 "; then
+\t\techo "takeip: $3/$4 is on $2 already"
+\t\texit 0
+\tfi
+\t{script} "$@" || exit $?
+\texec ctdb gratarp "$3" "$2"
+fi
+exec {script} "$@"
+"""
 
 _STATUS_LINE = re.compile(r"^pnn:(\d+)\s+(\S+)\s+(\S+)", re.MULTILINE)
+#: ``ctdb ip``'s lines: "10.254.7.100 1" (-1: nobody hosts it)
+_IP_LINE = re.compile(r"^(\d+\.\d+\.\d+\.\d+)\s+(-?\d+)\s*$", re.MULTILINE)
 
 
 class CtdbError(RuntimeError):
@@ -75,6 +111,8 @@ class CtdbNode:
     pnn: int
     base: Path
     address: str
+    #: the node's network namespace; None: the caller's (loopback addresses)
+    network: NodeNetwork | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -89,18 +127,29 @@ class CtdbNode:
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "CTDB_TEST_MODE": "yes", "CTDB_BASE": str(self.base),
-                "CTDB_TEST_HELPER_BINDIR": HELPER_BINDIR}
+                "CTDB_TEST_HELPER_BINDIR": HELPER_BINDIR,
+                # the event scripts' state (their my-pnn cache, iptables' lock):
+                # the node's own, not /var/lib/ctdb/scripts shared by every node
+                "CTDB_SCRIPT_VARDIR": str(self.base / "scripts")}
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def write_config(self, nodes: str, cluster_lock: Path) -> None:
-        for sub in ("run", "var", "events/legacy", "db/volatile", "db/persistent", "db/state"):
+    def write_config(self, nodes: str, cluster_lock: Path, public_addresses: Sequence[str] = ()) -> None:
+        """``public_addresses`` ("10.254.7.100/24"): on NODE_INTERFACE, moved
+        by ctdb; none: no IP takeover, failover is off."""
+        for sub in ("run", "var", "scripts", "events/legacy", "db/volatile", "db/persistent", "db/state"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         (self.base / "nodes").write_text(nodes)
-        (self.base / "public_addresses").write_text("")  # no IP takeover: failover is off
+        (self.base / "public_addresses").write_text(
+            "".join(f"{address} {NODE_INTERFACE}\n" for address in public_addresses))
         if NOTIFY_SCRIPT.exists():
             shutil.copy(NOTIFY_SCRIPT, self.base / "notify.sh")
+        if public_addresses:  # ctdb's 10.interface, enabled, behind TAKEIP_ONCE
+            (self.base / "functions").symlink_to(FUNCTIONS)
+            script = self.base / "events" / "legacy" / INTERFACE_SCRIPT.name
+            script.write_text(TAKEIP_ONCE.format(script=INTERFACE_SCRIPT))
+            script.chmod(0o755)
         db = self.base / "db"
         (self.base / "ctdb.conf").write_text(
             "[logging]\n\tlog level = NOTICE\n"
@@ -108,12 +157,13 @@ class CtdbNode:
             f"[database]\n\tvolatile database directory = {db}/volatile\n"
             f"\tpersistent database directory = {db}/persistent\n"
             f"\tstate database directory = {db}/state\n"
-            "[failover]\n\tdisabled = true\n"
+            f"[failover]\n\tdisabled = {'false' if public_addresses else 'true'}\n"
             "[legacy]\n\trealtime scheduling = false\n")
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([CTDBD, "-i"], env=self.env, stdin=subprocess.DEVNULL,
+            where = self.network.exec_prefix() if self.network is not None else []
+            self.process = subprocess.Popen([*where, CTDBD, "-i"], env=self.env, stdin=subprocess.DEVNULL,
                                             stdout=log, stderr=log, start_new_session=True)
 
     def stop(self, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
@@ -146,20 +196,31 @@ def node_states(status: str) -> dict[int, str]:
 class CtdbCluster(StartStop):
     """``nodes`` ctdbds under ``root``, healthy when start() returns."""
 
-    def __init__(self, root: Path, nodes: int = 3, start_timeout: float = 90.0) -> None:
+    def __init__(self, root: Path, nodes: int = 3, start_timeout: float = 90.0,
+                 network: NetnsNetwork | None = None) -> None:
+        """``network``: started, with a namespace per node; its public
+        address is ctdb's to move (IP takeover)."""
         if not 1 <= nodes <= 254:
             raise CtdbError(f"{nodes} nodes: 1 to 254 fit on 127.0.0.0/8 here")
         self.root = root
         self.start_timeout = start_timeout
         self.size = nodes
+        self.network = network
         self.nodes: list[CtdbNode] = []
 
     def start(self) -> None:
-        addresses = free_addresses(self.size)
-        self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address) for pnn, address in enumerate(addresses)]
+        public: list[str] = []
+        if self.network is not None:
+            addresses = self.network.addresses
+            public = [f"{self.network.public_address}/{self.network.prefix_length}"]
+            self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address, self.network.members[pnn])
+                          for pnn, address in enumerate(addresses)]
+        else:
+            addresses = free_addresses(self.size)
+            self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address) for pnn, address in enumerate(addresses)]
         nodes = "".join(f"{address}\n" for address in addresses)
         for node in self.nodes:
-            node.write_config(nodes, self.root / "cluster.lock")
+            node.write_config(nodes, self.root / "cluster.lock", public)
         for node in self.nodes:
             node.start()
         self.wait_healthy()
@@ -174,9 +235,19 @@ class CtdbCluster(StartStop):
     def alive(self) -> list[CtdbNode]:
         return [node for node in self.nodes if node.running()]
 
+    def public_address_holder(self) -> int | None:
+        """The PNN ctdb has given the public address to; None: nobody (yet)."""
+        assert self.network is not None
+        out = self.alive()[0].ctdb("ip", timeout=15, check=False)
+        for address, pnn in _IP_LINE.findall(out):
+            if address == self.network.public_address:
+                return int(pnn) if int(pnn) >= 0 else None
+        return None
+
     def wait_healthy(self, timeout: float | None = None) -> None:
         """Until every running node reports every running node OK, and
-        recovery is done (about 10 s from a cold start here)."""
+        recovery is done (about 10 s from a cold start here); with a
+        network, until a node hosts the public address too."""
         deadline = time.monotonic() + (timeout or self.start_timeout)
         last = ""
         while time.monotonic() < deadline:
@@ -193,7 +264,12 @@ class CtdbCluster(StartStop):
             states = node_states(last)
             if ({pnn for pnn, state in states.items() if state.startswith("OK")} >= want
                     and "Recovery mode:NORMAL" in last):
-                return
+                if self.network is None:
+                    return
+                holder = self.public_address_holder()
+                if holder is not None:
+                    return
+                last += f"\nnobody hosts {self.network.public_address} yet"
             time.sleep(0.5)
         raise CtdbError(f"ctdb not healthy after {timeout or self.start_timeout:g} s:\n{last}\n"
                         + "\n".join(f"node {n.pnn}: {n.log_tail(8)}" for n in self.nodes))

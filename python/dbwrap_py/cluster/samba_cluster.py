@@ -15,8 +15,15 @@ The volatile databases come from one of three places:
   smbXsrv_open_global as in the seed talks, or, as a broken configuration
   the cross-node checks must catch, locking.tdb.
 
+With ``public_address``, each node's ctdbd and smbd run in a network
+namespace of their own (netns.py) and ctdb moves a public address between
+the nodes; smbd listens on port 445 of every address of its namespace, so
+the node that hosts the public address serves it. ``torture_node_control``
+adds what smbtorture's failover suites drive the cluster with (below).
+
 Everything is stopped by PID: smbd and ctdbd by their process groups, the
-node agents and the backend's throwaway server by their own.
+node agents and the backend's throwaway server by their own; the network,
+the namespaces, veths and bridge, is removed after them.
 
     with SambaCluster(ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES)) as cluster:
         cluster.sambas[1].unc   # //127.0.0.2/test
@@ -35,12 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
+from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
 from dbwrap_py.cluster.processes import in_sessions, session_leading_children
 from dbwrap_py.cluster.replicas import BackendReplicas
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 from dbwrap_py.registry import find_adapter
-from dbwrap_py.samba import SHARE, SambaSetup, ThrowawaySamba
+from dbwrap_py.samba import SHARE, TEST_USER, SambaSetup, ThrowawaySamba
 from dbwrap_py.servers import StartStop
 from dbwrap_py.smbtorture import PERSISTENT_GLOBAL
 
@@ -53,6 +61,12 @@ PERSISTENT_HANDLE_DATABASES = ("smbXsrv_open_global.tdb", "locking.tdb", "brlock
 #: the share's parameters with persistent handles: a cluster is scale-out
 #: by Samba's default, so only continuous availability is added
 CONTINUOUSLY_AVAILABLE = {"continuous availability": "yes"}
+#: smbd's port in a node's own namespace: the one a client of the public address expects
+SMB_PORT = 445
+#: the node control scripts smbd runs (source3/smbd/smb2_ioctl_smbtorture.c:
+#: smbrun of "<script> <pnn>", as the connected user, whose exit status
+#: becomes the FSCTL's), each through its own node's ctdbd
+NODE_CONTROL = {"stop_node": "stop", "start_node": "continue"}
 
 
 class ClusterError(RuntimeError):
@@ -82,6 +96,13 @@ class ClusterSetup:
     #: adapter's one-replica throwaway server, so that a test can lose one
     #: with a node (lose_replica). None: the throwaway server
     replicas: Callable[[], BackendReplicas] | None = None
+    #: every node in a network namespace of its own, and a public address
+    #: that ctdb moves to another node when its node stops (IP takeover)
+    public_address: bool = False
+    #: smbtorture's node control (its failover suites): smbd's torture
+    #: FSCTLs, of which STOP/START_CTDB_NODE run ``ctdb stop``/``ctdb
+    #: continue`` on the node they name, and its suicide packet
+    torture_node_control: bool = False
     log_level: int = 1
 
 
@@ -111,7 +132,8 @@ class SambaCluster(StartStop):
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_cluster."))
         self.share_path = self.root / SHARE
-        self.ctdb = CtdbCluster(self.root, self.setup.nodes)
+        self.network = NetnsNetwork(self.setup.nodes) if self.setup.public_address else None
+        self.ctdb = CtdbCluster(self.root, self.setup.nodes, network=self.network)
         self.sambas: list[ThrowawaySamba] = []
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
         self.backend_options: dict[str, str] = {}
@@ -129,6 +151,13 @@ class SambaCluster(StartStop):
     def port(self) -> int:
         return self.sambas[0].port
 
+    @property
+    def public_unc(self) -> str:
+        """The share at the public address (``public_address``)."""
+        if self.network is None:
+            raise ClusterError("this cluster has no public address (ClusterSetup.public_address)")
+        return f"//{self.network.public_address}/{SHARE}"
+
     def start(self) -> None:
         before = session_leading_children()
         try:
@@ -140,10 +169,15 @@ class SambaCluster(StartStop):
         self.root.chmod(0o755)  # the test user must reach the share inside
         self.share_path.mkdir(mode=0o777, exist_ok=True)
         self.share_path.chmod(0o777)
+        if self.network is not None:
+            self._stack.enter_context(self.network)  # closed last, after every process
         self._stack.enter_context(self.ctdb)
         if self.setup.adapter is not None:
             self.backend_options = self._stack.enter_context(self._backend())
-        port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
+        if self.network is not None:
+            port = SMB_PORT
+        else:
+            port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
         for node in self.ctdb.nodes:
             samba = ThrowawaySamba(self._samba_setup(node, port), root=self.root / f"smb{node.pnn}")
             self.sambas.append(samba)
@@ -209,10 +243,14 @@ class SambaCluster(StartStop):
         options = dict(self.setup.adapter_options)
         without_cache = {k: v for k, v in options.items() if k not in ("node_cache", "node_cache_dir")}
         with contextlib.ExitStack() as stack:
+            if self.setup.replicas is not None and self.network is not None:
+                raise ClusterError("replicas listen on 127.0.0.1, which the nodes' namespaces do not reach")
             if self.setup.replicas is not None:
                 self.replicas = stack.enter_context(self.setup.replicas())
                 reach = {**options, **self.replicas.options()}
             else:
+                if self.network is not None:  # the nodes reach the caller's namespace only at the bridge
+                    without_cache["throwaway_host"] = self.network.bridge_address
                 server = cls.throwaway_server(without_cache)
                 reach = {**options, **(stack.enter_context(server) if server is not None else {})}
             if node_cache_mode(Options(dict(options))) is not None:
@@ -238,10 +276,58 @@ class SambaCluster(StartStop):
         options = {"cluster_name": "file", **self.backend_options}
         if self.agents:
             options["node_cache_dir"] = str(self.agents[node.pnn].cache_dir)  # type: ignore[attr-defined]
+        share = dict(CONTINUOUSLY_AVAILABLE) if persistent else {}
+        if node.network is not None:
+            # every address of the namespace: the public one comes and goes
+            extra = {**extra, "interfaces": NODE_INTERFACE, "bind interfaces only": "no"}
+        if self.setup.torture_node_control:
+            extra = {**extra, **self._node_control(node)}
+            # smbd runs the node control scripts as the connected user; ctdbd's
+            # socket is root's alone (0700), so the test user is root on the share
+            share["admin users"] = TEST_USER
         return SambaSetup(
             bridged=tuple(self.setup.databases), adapter=self.setup.adapter or "tdb",
             adapter_options=options, extra_global=extra, log_level=self.setup.log_level,
             port=port, address=node.address, share_path=self.share_path,
             add_user=node.pnn == 0,  # passdb is a ctdb persistent database: every node sees it
-            extra_share=CONTINUOUSLY_AVAILABLE if persistent else {},
+            extra_share=share,
+            command_prefix=node.network.exec_prefix() if node.network is not None else (),
         )
+
+    def _node_control(self, node: CtdbNode) -> dict[str, str]:
+        """smbd's parameters for smbtorture's node control, and the scripts
+        they name, in the node's ctdb folder: ``ctdb -n <pnn> stop`` or
+        ``continue`` through this node's ctdbd, logged to node-control.log
+        beside it.
+
+        With a public address the stop runs a second after the script has
+        returned, in the background: a synchronous ``ctdb stop`` releases
+        the public address (10.interface kills its TCP connections, smbd
+        gets CTDB_SRVID_RELEASE_IP) before smbd can answer the FSCTL, and
+        smbtorture fails with NT_STATUS_IO_TIMEOUT (measured on 4.25.1).
+        Samba's own selftest has no public addresses (its clients connect
+        to the nodes' private addresses), so its stop can be synchronous.
+        The stop is logged with the node that hosts the public address after
+        it, for the tests to see that the address moved."""
+        params = {"smbd:FSCTL_SMBTORTURE": "yes", "smbd:suicide mode": "yes"}
+        env = " ".join(f"{k}={v}" for k, v in node.env.items() if k.startswith("CTDB_"))
+        log = node.base / "node-control.log"
+        ctdb = f"env {env} ctdb"
+        stamp = "$(date +%T.%N)"
+        for option, command in NODE_CONTROL.items():
+            run = (f'{ctdb} -n "$1" {command}; rc=$?\n'
+                   f'echo "{stamp} {option} $1: ctdb {command} exit $rc"\n')
+            if command == "stop" and node.network is not None:
+                run += f'echo "{stamp} {option} $1: public address: $({ctdb} ip | tr "\\n" " ")"\n'
+                body = f"(\nsleep 1\n{run}) < /dev/null >> {log} 2>&1 &\nexit 0\n"
+            else:
+                body = f"(\n{run}exit $rc\n) < /dev/null >> {log} 2>&1\n"
+            script = node.base / f"{option}.sh"
+            script.write_text(
+                "#!/bin/sh\n"
+                f"# clusteredmember:{option} of smbd on node {node.pnn}: ctdb {command} of node $1\n"
+                "unset LD_PRELOAD\n"
+                f'echo "{stamp} {option} $1" >> {log}\n' + body)
+            script.chmod(0o755)
+            params[f"clusteredmember:{option}"] = str(script)
+        return params

@@ -301,9 +301,12 @@ class _Transport:
         refused: list[str] = []
         tls_refused: set[_Endpoint] = set()
         reauthenticated = False
+        timed_out: str | None = None  # etcd's own "request timed out" of a repeated request
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if timed_out is not None:
+                    raise Timeout(f"etcd {path}: {timed_out} (repeated until the deadline)")
                 if refused:
                     raise Unavailable(f"no etcd endpoint reachable: {'; '.join(refused[-3:])}")
                 raise Timeout(f"etcd did not answer {path} in time")
@@ -361,6 +364,16 @@ class _Transport:
                 self._token = None
                 reauthenticated = True
                 self._log_in(deadline)
+                continue
+            if idempotent and transient and code != _RESOURCE_EXHAUSTED:
+                # "request timed out, possibly due to previous leader failure":
+                # a member died and raft elects another leader; safe to repeat
+                # (measured: a lease grant refused so when one of three members
+                # was SIGKILLed, and smbd failed an open)
+                timed_out = message
+                if len(self.config.endpoints) > 1:
+                    self._rotate()
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
                 continue
             raise _error_for(code, message, path)
 

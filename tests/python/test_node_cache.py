@@ -378,9 +378,9 @@ def _timed_lock(db: Database, key: bytes) -> tuple[bytes | None, float]:
 
 
 def test_a_lock_held_past_the_lease_costs_the_node_nothing(backend, nodes, name):
-    """The agent's vacuum scans the local records meanwhile and waits on the
-    held chain; its keepalive must go on, or every record of the node would
-    be void and the holder's write refused."""
+    """The agent's vacuums scan the local records meanwhile; its keepalive
+    must go on, or every record of the node would be void and the holder's
+    write refused."""
     from dbwrap_py.nodecache.state import NodeState
 
     a, _ = nodes
@@ -394,6 +394,29 @@ def test_a_lock_held_past_the_lease_costs_the_node_nothing(backend, nodes, name)
     assert state.current()[0] == lease_before, "the node lost its lease while a lock was held"
     assert db.fetch(b"slow") == b"2"
     state.close()
+    db.close()
+
+
+def test_a_lock_held_leaves_the_agent_serving_the_other_records(backend, nodes, name):
+    """smbd holds a record as long as it likes. The agent's vacuum passes
+    that hash chain (it used to wait on it, and serve no request meanwhile),
+    so node b still gets the node's other records at once."""
+    from dbwrap_py.nodecache.agent import VACUUM_SECONDS
+
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"slow", b"1")
+    put(db, b"other", b"2")  # another hash chain of the node's local file
+    db.lock(b"slow")
+    try:
+        time.sleep(2 * VACUUM_SECONDS)  # a vacuum has met the held chain
+        asked = time.monotonic()
+        waiter = Child(lambda ch: _timed_lock(open_on(backend, b, name, op_timeout="15"), b"other"))
+        value, got_at = waiter.result()
+    finally:
+        db.unlock(b"slow", b"1")
+    assert value == b"2"
+    assert got_at - asked < 5.0, f"node b got a free record {got_at - asked:.2f} s after asking"
     db.close()
 
 

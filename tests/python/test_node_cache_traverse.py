@@ -95,6 +95,26 @@ def test_a_traverse_waits_for_a_dead_owner_no_longer_than_its_timeout(backend, n
     keeper.close()
 
 
+def test_an_owner_writes_through_what_no_process_holds_while_one_holds_a_record(backend, nodes, name):
+    """A process of node a holds one record through node b's traverse:
+    node a's agent still writes its other records through (its scan passes
+    the held hash chain instead of waiting on it), then gives up on the held
+    one; node b lists the others as node a has them."""
+    a, b = nodes
+    on_a = open_on(backend, a, name)
+    put(on_a, b"busy", b"v")
+    put(on_a, b"free", b"only on a")  # another hash chain; only in node a's cache
+    on_b = open_on(backend, b, name, node_cache_sync_timeout="2")
+    on_a.lock(b"busy")
+    try:
+        listed = dict(on_b.traverse(write=False))
+    finally:
+        on_a.unlock(b"busy", b"v")
+    assert listed.get(b"free") == b"only on a", listed
+    on_b.close()
+    on_a.close()
+
+
 def test_a_traverse_nobody_else_owns_records_of_costs_one_round_trip(backend, nodes, name):
     _, b = nodes
     direct = open_on(backend, None, name)

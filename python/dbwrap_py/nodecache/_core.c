@@ -621,9 +621,70 @@ static int scan_copy_fn(struct tdb_context *tdb, TDB_DATA key, TDB_DATA data, vo
 	return 0;
 }
 
+/*
+ * A key in each hash chain: keys[c] hashes to chain c. The local files use
+ * tdb's jenkins hash (TDB_INCOMPATIBLE_HASH; tdb refuses to open a file made
+ * with another), so the keys are found by hashing small numbers. About
+ * chains * ln(chains) hashes: a millisecond for HASH_SIZE.
+ */
+static uint32_t *chain_keys(TALLOC_CTX *mem_ctx, unsigned chains)
+{
+	uint32_t *keys = talloc_array(mem_ctx, uint32_t, chains);
+	unsigned missing = chains, c;
+	uint32_t n;
+
+	if (keys == NULL) {
+		return NULL;
+	}
+	for (c = 0; c < chains; c++) {
+		keys[c] = UINT32_MAX;
+	}
+	for (n = 0; missing > 0 && n < UINT32_MAX; n++) {
+		TDB_DATA key = { (uint8_t *)&n, sizeof(n) };
+
+		c = tdb_jenkins_hash(&key) % chains;
+		if (keys[c] == UINT32_MAX) {
+			keys[c] = n;
+			missing--;
+		}
+	}
+	return keys;
+}
+
+/*
+ * The traverse of a scan that must not wait (the agent's vacuum, its
+ * write-through for a traverse): chain by chain, each one only if its lock
+ * is free now. A chain a process holds is passed and counted; tdb's own
+ * traverse would wait on it, and the agent with it, while smbd holds a
+ * record for as long as it likes.
+ */
+static int scan_free_chains(struct tdb_context *tdb, struct scan_state *s)
+{
+	unsigned chains = (unsigned)tdb_hash_size(tdb), c;
+	uint32_t *keys = chain_keys(NULL, chains);
+	int ret = 0;
+
+	if (keys == NULL) {
+		s->out_of_memory = true;
+		return -1;
+	}
+	for (c = 0; c < chains && ret >= 0 && !s->out_of_memory; c++) {
+		TDB_DATA key = { (uint8_t *)&keys[c], sizeof(keys[c]) };
+
+		if (tdb_chainlock_nonblock(tdb, key) != 0) {
+			s->scan->held++;
+			continue;
+		}
+		ret = tdb_traverse_chain(tdb, c, scan_copy_fn, s); /* nests in the lock held */
+		tdb_chainunlock(tdb, key);
+	}
+	talloc_free(keys);
+	return ret;
+}
+
 /* Copy out the node's records (or buckets); the caller frees scan with nc_scan_free. */
 uint32_t nc_scan(const struct nc_records *rec, int64_t lease, bool local_records,
-		 struct nc_scan *scan, struct dbwrap_py_native_why *why)
+		 bool wait, struct nc_scan *scan, struct dbwrap_py_native_why *why)
 {
 	struct tdb_context *tdb = local_records ? *rec->records_tdb : *rec->buckets_tdb;
 	struct scan_state s = {
@@ -635,11 +696,15 @@ uint32_t nc_scan(const struct nc_records *rec, int64_t lease, bool local_records
 	};
 	int ret;
 
-	*scan = (struct nc_scan) { NULL, 0 };
+	*scan = (struct nc_scan) { NULL, 0, 0 };
 	if (tdb == NULL) {
 		return closed_why(why);
 	}
-	ret = tdb_traverse_read(tdb, scan_copy_fn, &s);
+	if (!wait && !(tdb_get_flags(tdb) & TDB_INCOMPATIBLE_HASH)) {
+		return nc_why(why, NC_NT_INTERNAL_DB_ERROR, "a scan that does not wait needs"
+			      " the jenkins hash (TDB_INCOMPATIBLE_HASH)");
+	}
+	ret = wait ? tdb_traverse_read(tdb, scan_copy_fn, &s) : scan_free_chains(tdb, &s);
 	if (s.out_of_memory) {
 		return nc_why(why, NC_NT_NO_MEMORY, "no memory for a scan");
 	}

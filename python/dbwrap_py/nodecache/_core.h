@@ -62,6 +62,7 @@ struct nc_scanned {
 struct nc_scan {
 	struct nc_scanned *found;
 	size_t count;
+	size_t held; /* chains passed by a scan that does not wait: a process held them */
 };
 
 NC_CORE uint32_t nc_why(struct dbwrap_py_native_why *why, uint32_t status, const char *fmt, ...)
@@ -99,9 +100,10 @@ NC_CORE bool nc_standing(const struct nc_records *rec, TDB_DATA key, struct loca
 NC_CORE uint32_t nc_forget(const struct nc_records *rec, TDB_DATA key, int64_t lease,
 			   struct dbwrap_py_native_why *why);
 
-/* the scans: copies, so that no caller's lock is held during the traverse */
+/* the scans: copies, so that no caller's lock is held during the traverse;
+ * one that does not wait passes the chains a process holds (scan->held) */
 NC_CORE uint32_t nc_scan(const struct nc_records *rec, int64_t lease, bool local_records,
-			 struct nc_scan *scan, struct dbwrap_py_native_why *why);
+			 bool wait, struct nc_scan *scan, struct dbwrap_py_native_why *why);
 NC_CORE void nc_scan_free(struct nc_scan *scan);
 NC_CORE void nc_scanned_record(const struct nc_scanned *item, struct local_header *h,
 			       TDB_DATA *value);

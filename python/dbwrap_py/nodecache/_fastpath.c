@@ -427,16 +427,18 @@ static PyObject *scanned_bucket(const struct nc_scanned *item)
 }
 
 /*
- * The scans (the agent's vacuum and drain) run with the GIL released: the
- * traverse waits on any chain a process holds locked, and the agent's
- * other threads (its lease's keepalive above all) must run meanwhile.
- * Python objects are made afterwards, from the core's copies.
+ * The scans (the agent's vacuum and drain) run with the GIL released: a
+ * traverse that waits (the drain) waits on any chain a process holds
+ * locked, and the agent's other threads (its lease's keepalive above all)
+ * must run meanwhile. Python objects are made afterwards, from the core's
+ * copies. *held: the chains a scan that does not wait passed.
  */
-static PyObject *scan(LocalRecords *self, PyObject *arg, bool local_records)
+static PyObject *scan(LocalRecords *self, PyObject *arg, bool local_records, bool wait,
+		      size_t *held)
 {
 	long long lease = PyLong_AsLongLong(arg);
 	struct dbwrap_py_native_why why;
-	struct nc_scan s = { NULL, 0 };
+	struct nc_scan s = { NULL, 0, 0 };
 	PyObject *list = NULL, *item;
 	uint32_t status;
 	size_t i;
@@ -445,8 +447,9 @@ static PyObject *scan(LocalRecords *self, PyObject *arg, bool local_records)
 		return NULL;
 	}
 	Py_BEGIN_ALLOW_THREADS
-	status = nc_scan(&self->core, lease, local_records, &s, &why);
+	status = nc_scan(&self->core, lease, local_records, wait, &s, &why);
 	Py_END_ALLOW_THREADS
+	*held = s.held;
 	if (status == NC_NT_NO_MEMORY) {
 		PyErr_NoMemory();
 		goto done;
@@ -472,13 +475,26 @@ done:
 /* scan_owned(lease): [(key, lease, token, flags, value)] of the local records the node owns */
 static PyObject *lr_scan_owned(LocalRecords *self, PyObject *arg)
 {
-	return scan(self, arg, true);
+	size_t held;
+
+	return scan(self, arg, true, true, &held);
+}
+
+/* scan_owned_free(lease): (scan_owned's list for the chains no process holds, chains passed) */
+static PyObject *lr_scan_owned_free(LocalRecords *self, PyObject *arg)
+{
+	size_t held = 0;
+	PyObject *list = scan(self, arg, true, false, &held);
+
+	return list == NULL ? NULL : Py_BuildValue("(Nn)", list, (Py_ssize_t)held);
 }
 
 /* scan_buckets(lease): [(number, token)] of the buckets the node holds */
 static PyObject *lr_scan_buckets(LocalRecords *self, PyObject *arg)
 {
-	return scan(self, arg, false);
+	size_t held;
+
+	return scan(self, arg, false, true, &held);
 }
 
 /* keep(key, lease, token, flags, value): a record moved in, as the local copy */
@@ -615,6 +631,9 @@ static PyMethodDef lr_methods[] = {
 	  "stand(key, lease): under the lock, what it stands on (a placeholder for a new key), or None." },
 	{ "scan_owned", (PyCFunction)lr_scan_owned, METH_O,
 	  "scan_owned(lease): [(key, lease, token, flags, value)] of the records the node owns." },
+	{ "scan_owned_free", (PyCFunction)lr_scan_owned_free, METH_O,
+	  "scan_owned_free(lease): (scan_owned's records in the chains no process holds now,"
+	  " the number of chains passed); never waits." },
 	{ "scan_buckets", (PyCFunction)lr_scan_buckets, METH_O,
 	  "scan_buckets(lease): [(number, token)] of the buckets the node holds." },
 	{ "keep", (PyCFunction)lr_keep, METH_VARARGS,

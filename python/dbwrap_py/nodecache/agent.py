@@ -250,7 +250,7 @@ class NodeAgent:
         budget = VACUUM_SLICE
         for cache in self._local_caches():
             try:
-                for key, local in cache.local_records(lease.id):
+                for key, local in cache.free_local_records(lease.id)[0]:  # held ones next time
                     if local.value is not None:
                         continue
                     if not self._requests.empty():

@@ -319,8 +319,16 @@ class NodeCache:
         return True
 
     def local_records(self, lease: int) -> list[tuple[bytes, Local]]:
-        """Every record the node owns under ``lease``, as kept locally."""
+        """Every record the node owns under ``lease``, as kept locally;
+        waits for the hash chains processes hold (the drain)."""
         return [(key, Local(l, t, f, v)) for key, l, t, f, v in self.records.scan_owned(lease)]
+
+    def free_local_records(self, lease: int) -> tuple[list[tuple[bytes, Local]], int]:
+        """The records ``local_records`` gives, from the hash chains no
+        process holds now, and how many chains it passed; never waits (the
+        agent's work: it serves release requests meanwhile)."""
+        found, held = self.records.scan_owned_free(lease)
+        return [(key, Local(l, t, f, v)) for key, l, t, f, v in found], held
 
     def hand_back(self, key: bytes, lease: int, node: bytes, wait: bool,
                   deleted_only: bool = False) -> bool:
@@ -388,24 +396,28 @@ class NodeCache:
         before = self.local.seqnum()
         if before == self._written_through_at:
             return 0
-        pending = [key for key, local in self.local_records(lease)
-                   if local.value is not None or local.flags & IN_STORE]
         written = 0
-        while pending:
+        done: set[bytes] = set()
+        while True:
+            found, held_chains = self.free_local_records(lease)
             held = []
-            for key in pending:
+            for key, local in found:
+                if key in done or (local.value is None and not local.flags & IN_STORE):
+                    continue
                 if not self.local.try_lock(key):
                     held.append(key)
                     continue
                 try:
                     written += self._write_through_locked(key, lease)
+                    done.add(key)
                 finally:
                     self.local.unlock(key)
-            pending = held
-            if pending and time.monotonic() >= deadline:
-                raise Timeout(f"{len(pending)} record(s) held by a process here past the deadline")
-            if pending:
-                time.sleep(WAIT_POLL)
+            if not held and not held_chains:
+                break
+            if time.monotonic() >= deadline:
+                raise Timeout(f"{len(held)} record(s) and {held_chains} hash chain(s) held by"
+                              f" a process here past the deadline")
+            time.sleep(WAIT_POLL)
         if self.local.seqnum() == before:  # nothing changed meanwhile, this call's flags included
             self._written_through_at = before
         return written

@@ -5,7 +5,7 @@ minimal HTTP/1.1 client on a plain socket, one keep-alive connection per
 process. It is fork-safe and needs no extra package, and a process using it
 is about half the size of one using a gRPC client, with a third of the threads
 (smbd forks one process per client; bench/etcd_client_choice.py measures both,
-README's "etcd" section has the numbers).
+docs/adapters/etcd.md has the numbers).
 
 Session: what one process shares between its databases on one cluster: that
 connection, a lease granted on first need and a keepalive thread refreshing it.

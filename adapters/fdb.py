@@ -405,7 +405,7 @@ def refuse_unsafe_node_cache(kind: str, options: Options, agent: bool = False) -
     cache runs on the model only (where versions never jump)."""
     if kind == "real" and (agent or node_cache_mode(options) is not None):
         raise ConfigError("node_cache on FoundationDB is not safe yet: node leases are judged in read "
-                          "versions, which a recovery moves ahead (README, fdb); it runs on "
+                          "versions, which a recovery moves ahead (docs/adapters/fdb.md); it runs on "
                           "fdb_library = model only")
 
 

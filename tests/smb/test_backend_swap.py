@@ -1,4 +1,5 @@
-"""Swapping a Samba's backend keeps its persistent data: the README's procedure.
+"""Swapping a Samba's backend keeps its persistent data: the procedure in
+docs/operating.md.
 
 One Samba folder is served in turn by native tdb, by sqlite, by etcd and by
 native tdb again. Between two runs smbd is stopped, ``dbwrap-py copy`` moves

@@ -67,7 +67,7 @@ WARMUP_SECONDS = 2
 SETUP_SECONDS = 25.0
 #: the charts' second title line
 SUBTITLE = "one host, {cpus} shared cores: read the ratios to ctdb, not the numbers"
-#: what the charts and the README say beside the numbers
+#: what the charts and docs/benchmarks.md say beside the numbers
 NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unclist). "
         "One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
         "{cpus} CPU cores over loopback, so absolute numbers mean little; compare each line with "

@@ -76,7 +76,7 @@ RESULTS    := results
 	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
-	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-bridge bench-smb bench-memory-proxy \
+	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
@@ -209,7 +209,7 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 		$(SAMBA_LIBS) $(PY_LDFLAGS) -lm \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
 
-##@ Tests (which to run after which change: README, "Tests")
+##@ Tests (which to run after which change: docs/tests.md)
 # pytest workers (pytest-xdist): the tests mostly wait on leases, timeouts
 # and servers. A file runs on one worker, and every test that runs a
 # Cassandra on one worker; the controller starts one etcd and one Ceph for
@@ -217,7 +217,7 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 # smbtorture runs at a time in the matrix: they mostly wait on smbd's timers.
-# Measured alone on 2 cores (README, "Tests"): 4 at a time 546 s, 8 456 s,
+# Measured alone on 2 cores (docs/tests.md): 4 at a time 546 s, 8 456 s,
 # 12 354 s, 16 283 s; at 16 every lease and oplock run goes at once, and the
 # matrix takes about its longest run, so more width cannot help. make test
 # runs 12: the matrix shares the machine with another lane there.
@@ -235,7 +235,7 @@ check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on t
 # waits on smbd's timers, and the quick steps; then, one after the other
 # with nothing beside them, the conformance tables and pytest's tests that
 # start a server, whose leases, timeouts and hand-overs are timed (with
-# everything at once on 2 cores they failed: README, "Tests"). `all` and
+# everything at once on 2 cores they failed: docs/tests.md). `all` and
 # the scylla venv are built first, so no two steps build the same thing.
 TEST_LANES := "test-torture-matrix" "test-c test-memcheck test-python-unit test-smb test-fuzz-proxy"
 TEST_THEN  := test-conformance test-python-servers
@@ -490,6 +490,16 @@ bench-ca: all ## Samba 4.25: opens/s with persistent handles, CA share against p
 		"Samba 4.25 or later; this is $(SAMBA_VERSION)" >&2; exit 1; }
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench ca --json $(RESULTS)/bench-ca.json
+
+# Samba 4.25 on three-node clusters: opens/s on the CA share at 1-64 clients
+# and the bytes each persistent open costs the store, ctdb against etcd, rados
+# and cassandra with the node cache, one cluster at a time (~10 min here).
+# CA_CLUSTER_ARGS: more of its options, e.g. "--nprocs 1 --backends rados".
+bench-ca-cluster: all ## Samba 4.25: opens/s on a CA share across 3 nodes and bytes per persistent open, against ctdb
+	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "bench-ca-cluster: persistent handles need" \
+		"Samba 4.25 or later; this is $(SAMBA_VERSION)" >&2; exit 1; }
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench ca-cluster --json $(RESULTS)/bench-ca-cluster.json $(CA_CLUSTER_ARGS)
 
 # Measures only; never part of `make test`.
 bench-bridge: all $(BENCH_BIN) ## the bridge alone in C, and instructions per call (callgrind)

@@ -483,6 +483,31 @@ def _cmd_bench_ca(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_bench_ca_cluster(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from dbwrap_py.bench import ca_cluster
+
+    nprocs = [int(n) for n in args.nprocs.split(",")]
+    backends = [b for b in args.backends.split(",") if b]
+    print(f"three-node clusters, the CA share: open+close with a persistent handle, {args.time:g}s per point,"
+          f" clients spread over the nodes; then {args.held} persistent opens held", flush=True)
+    points, footprints = ca_cluster.run(backends, nprocs, args.time, args.held,
+                                        report=lambda line: print(line, flush=True))
+    print("\n" + "\n".join(ca_cluster.table(points, footprints)))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({
+        "points": [asdict(p) for p in points],
+        "footprints": [{**asdict(f), "per_open": f.per_open} for f in footprints]}, indent=1))
+    failed = [f"{p.backend} clients={p.nprocs}: {p.errors[0] if p.errors else 'no open completed'}"
+              for p in points if p.errors or p.opens == 0]
+    failed += [f"{f.configuration} footprint: {'; '.join(f.errors)}" for f in footprints if f.errors]
+    for why in failed:
+        print(f"failed: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def _cmd_bench_smb(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
     from dataclasses import asdict
@@ -817,6 +842,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a bridge configuration (repeatable); default: tdb and etcd,node_cache=yes")
     ca.add_argument("--json", default="results/bench-ca.json")
     ca.set_defaults(fn=_cmd_bench_ca)
+    ca_cluster = bench_sub.add_parser("ca-cluster", help="Samba 4.25: opens/s on a CA share of three-node "
+                                                         "clusters and bytes per persistent open, against ctdb")
+    ca_cluster.add_argument("--nprocs", default="1,4,16,64", help="comma list of client counts")
+    ca_cluster.add_argument("--time", type=float, default=5.0, help="seconds per point")
+    ca_cluster.add_argument("--backends", default="etcd,rados,cassandra",
+                            help="comma list, each with a write-back node cache; ctdb always runs first")
+    ca_cluster.add_argument("--held", type=int, default=32, help="persistent opens held for the bytes per open")
+    ca_cluster.add_argument("--json", default="results/bench-ca-cluster.json")
+    ca_cluster.set_defaults(fn=_cmd_bench_ca_cluster)
     micro = bench_sub.add_parser("micro", help="per-operation p50/p99 through the bridge, YCSB-style mixes")
     micro.add_argument("--ops", type=int, default=20000, help="at most this many operations per workload")
     micro.add_argument("--time", type=float, default=2.0, help="and at most this many seconds per workload")

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 import pytest
 
 from dbwrap_py.cluster.processes import still_running
-from dbwrap_py.cluster.replicas import CephOsds, EtcdMembers
+from dbwrap_py.cluster.replicas import CassandraNodes, CephOsds, EtcdMembers
 from dbwrap_py.cluster.samba_cluster import (LOCKING_DATABASES, PERSISTENT_HANDLE_DATABASES, ClusterSetup,
-                                             SambaCluster)
+                                             SambaCluster, persistent_handle_setup)
 
 sys.path.insert(0, os.path.dirname(__file__))  # smb_client, cross_node, node_death
 
@@ -76,27 +76,15 @@ LEASE_OUTLIVES_PROMISE = ClusterSetup(adapter="etcd", databases=LOCKING_DATABASE
 #: persistent record to every node, and the databases of persistent handles
 #: on a replicated backend
 PERSISTENT_CONFIGURATIONS = {
-    "ctdb": ClusterSetup(persistent_handles=True),
-    "etcd": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES, adapter_options=_SHORT,
-                         persistent_handles=True),
-    "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
-                                    adapter_options={**_SHORT, "node_cache": "yes"}, node_lease_ttl=LEASE,
-                                    persistent_handles=True),
-    "etcd-write-through": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
-                                       adapter_options={**_SHORT, "node_cache": "write-through"},
-                                       node_lease_ttl=LEASE, persistent_handles=True),
-    **{f"{adapter}-node-cache": ClusterSetup(adapter=adapter, databases=PERSISTENT_HANDLE_DATABASES,
-                                             adapter_options={"lease": str(LEASE), "node_cache": "yes"},
-                                             node_lease_ttl=LEASE, persistent_handles=True)
-       for adapter in ("rados", "cassandra")},
+    "ctdb": persistent_handle_setup(),
+    "etcd": persistent_handle_setup("etcd", node_cache=""),
+    "etcd-node-cache": persistent_handle_setup("etcd"),
+    "etcd-write-through": persistent_handle_setup("etcd", node_cache="write-through"),
+    **{f"{adapter}-node-cache": persistent_handle_setup(adapter) for adapter in ("rados", "cassandra")},
     # three replicas, one of which dies with node 1 (replicas.py)
-    "etcd-node-cache-member-lost": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
-                                                adapter_options={**_SHORT, "node_cache": "yes"},
-                                                node_lease_ttl=LEASE, persistent_handles=True,
-                                                replicas=EtcdMembers),
-    "rados-node-cache-osd-lost": ClusterSetup(adapter="rados", databases=PERSISTENT_HANDLE_DATABASES,
-                                              adapter_options={"lease": str(LEASE), "node_cache": "yes"},
-                                              node_lease_ttl=LEASE, persistent_handles=True, replicas=CephOsds),
+    "etcd-node-cache-member-lost": persistent_handle_setup("etcd", replicas=EtcdMembers),
+    "rados-node-cache-osd-lost": persistent_handle_setup("rados", replicas=CephOsds),
+    "cassandra-node-cache-node-lost": persistent_handle_setup("cassandra", replicas=CassandraNodes),
 }
 
 

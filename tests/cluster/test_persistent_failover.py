@@ -15,8 +15,9 @@ Configurations (conftest.py): ctdb, which pushes every persistent record to
 every node, and the persistent-handle databases on etcd (without the node
 cache, write-back and write-through) and on rados and cassandra with a
 write-back node cache, which writes every persistent record through
-(c_bridge/per_rec_persistent.c); and etcd and rados with three replicas
-(three members, three OSDs), one of which is SIGKILLed with node 1. One
+(c_bridge/per_rec_persistent.c); and etcd, rados and cassandra with three
+replicas (three members, three OSDs, three Cassandra nodes), one of which is
+SIGKILLed with node 1. One
 broken on purpose, a node cache that skips the write-through, must fail (a
 strict xfail). Before Samba 4.25
 there are no persistent handles: the tests skip.

@@ -26,7 +26,9 @@ Configurations: ctdb keeping every database (the baseline), and
 smbXsrv_open_global, locking.tdb and brlock.tdb on etcd through the node
 cache, each with the public address, and each as Samba's selftest runs
 these suites: no public address, smbtorture given every node's address
-(--unclist), each new connection going to the next node in the list.
+(--unclist), each new connection going to the next node in the list. The
+same databases on rados and cassandra through the node cache, selftest's
+way only (their throwaway servers listen on 127.0.0.1 alone).
 Each subtest must report success, except reconnect-contended-failover with
 a public address: an xfail when it fails as CONTENDED_RESET says, a
 failure when it fails otherwise or passes. ``-s`` prints each one's time.
@@ -47,7 +49,7 @@ import pytest
 
 from dbwrap_py.cluster.ctdb import node_states
 from dbwrap_py.cluster.processes import still_running
-from dbwrap_py.cluster.samba_cluster import PERSISTENT_HANDLE_DATABASES, ClusterSetup, SambaCluster
+from dbwrap_py.cluster.samba_cluster import SambaCluster, persistent_handle_setup
 from dbwrap_py.paths import built_samba_release
 from dbwrap_py.samba import TEST_PASSWORD, TEST_USER
 from dbwrap_py.smbtorture import parse_results, unclist_command, write_unclist
@@ -56,22 +58,19 @@ pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in built_samba_release().split(".")) < (4, 25, 0),
     reason=f"Samba {built_samba_release()} has no persistent handles (from 4.25)")
 
-_FAILOVER = dict(persistent_handles=True, public_address=True, torture_node_control=True)
-#: seconds: etcd's lease, as the persistent-handle configurations have it
-LEASE = 2
+_FAILOVER = dict(public_address=True, torture_node_control=True)
 CONFIGURATIONS = {
-    "ctdb": ClusterSetup(**_FAILOVER),
+    "ctdb": persistent_handle_setup(**_FAILOVER),
     # Samba's selftest's line (selftest/target/Samba3.pm, clusteredmember): no
     # public address; smbtorture's --unclist sends each connection to the next
     # node (a smbd on a stopped node takes no new connection)
-    "ctdb-node-address": ClusterSetup(persistent_handles=True, torture_node_control=True),
-    "etcd-node-cache-node-address": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
-                                                 adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
-                                                 node_lease_ttl=LEASE, persistent_handles=True,
-                                                 torture_node_control=True),
-    "etcd-node-cache": ClusterSetup(adapter="etcd", databases=PERSISTENT_HANDLE_DATABASES,
-                                    adapter_options={"lease_ttl": str(LEASE), "node_cache": "yes"},
-                                    node_lease_ttl=LEASE, **_FAILOVER),
+    "ctdb-node-address": persistent_handle_setup(torture_node_control=True),
+    "etcd-node-cache-node-address": persistent_handle_setup("etcd", torture_node_control=True),
+    "etcd-node-cache": persistent_handle_setup("etcd", **_FAILOVER),
+    # selftest's line only: their throwaway servers listen on 127.0.0.1,
+    # which the nodes' namespaces do not reach (etcd's listens on the bridge)
+    **{f"{adapter}-node-cache-node-address": persistent_handle_setup(adapter, torture_node_control=True)
+       for adapter in ("rados", "cassandra")},
 }
 
 #: the suites (smbtorture's names, checked with --list on 4.25.1) and the subtests each must pass

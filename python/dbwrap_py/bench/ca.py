@@ -47,15 +47,16 @@ def with_plain_share(setup: SambaSetup) -> SambaSetup:
     return dataclasses.replace(setup, extra_shares={**setup.extra_shares, PLAIN: plain})
 
 
-def _client(port: int, share: str, index: int, start_at: float, seconds: float,
-            out: "multiprocessing.Queue[tuple[int, int, str]]") -> None:
-    """One connection: open-close until ``seconds`` after ``start_at``."""
+def client_loop(address: str, port: int, share: str | None, index: int, start_at: float, seconds: float,
+                out: "multiprocessing.Queue[tuple[int, int, str]]") -> None:
+    """One connection: open-close until ``seconds`` after ``start_at``;
+    puts (opens, persistent handles granted, error or "") on ``out``."""
     from dbwrap_py.testing.smb_client import SmbClient
 
     opens = persistent = 0
     error = ""
     try:
-        client = SmbClient("127.0.0.1", port, share=share)
+        client = SmbClient(address, port, share=share)
         name = f"ca-bench-{index}.dat"
         time.sleep(max(0.0, start_at - time.time()))
         deadline = start_at + seconds
@@ -73,11 +74,19 @@ def _client(port: int, share: str, index: int, start_at: float, seconds: float,
 def measure(samba: ThrowawaySamba, backend: str, share: str, nprocs: int,
             seconds: float) -> Point:
     """N clients at once on ``share`` ("ca": the test share, or "plain")."""
+    return run_clients(backend, share, ["127.0.0.1"], samba.port, PLAIN if share == "plain" else None,
+                       nprocs, seconds)
+
+
+def run_clients(backend: str, share: str, addresses: Sequence[str], port: int, share_name: str | None,
+                nprocs: int, seconds: float) -> Point:
+    """``nprocs`` clients at once, client i at addresses[i mod len]; every
+    client process stopped by PID before this returns."""
     queue: multiprocessing.Queue = multiprocessing.Queue()
     start_at = time.time() + 2.0 + nprocs * 0.05  # every client connected first
-    share_name = PLAIN if share == "plain" else None
-    procs = [multiprocessing.Process(target=_client, daemon=True,
-                                     args=(samba.port, share_name, i, start_at, seconds, queue))
+    procs = [multiprocessing.Process(target=client_loop, daemon=True,
+                                     args=(addresses[i % len(addresses)], port, share_name, i, start_at,
+                                           seconds, queue))
              for i in range(nprocs)]
     for p in procs:
         p.start()

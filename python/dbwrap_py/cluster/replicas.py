@@ -2,8 +2,9 @@
 loses together with a Samba node (``ClusterSetup.replicas``).
 
 The adapters' throwaway servers run one replica; these run three, with a
-quorum (etcd's raft) or a replicated pool (Ceph: size 3, min_size 2) that
-keeps serving with one of them gone. Losing one is a SIGKILL by PID.
+quorum (etcd's raft; Cassandra's QUORUM at replication factor 3) or a
+replicated pool (Ceph: size 3, min_size 2) that keeps serving with one of
+them gone. Losing one is a SIGKILL by PID.
 """
 
 from __future__ import annotations
@@ -82,3 +83,26 @@ class CephOsds(BackendReplicas):
 
     def lose_one(self) -> None:
         self._cluster.stop_daemon("osd.0", signal.SIGKILL)
+
+
+class CassandraNodes(BackendReplicas):
+    """Three Cassandra nodes, the keyspace at replication factor 3: the
+    adapter's QUORUM and SERIAL reads and writes need two of them."""
+
+    replica = "Cassandra node"
+
+    def __enter__(self) -> "CassandraNodes":
+        from dbwrap_py.adapters._cassandra_server import CassandraCluster
+
+        self._cluster = CassandraCluster(nodes=3).__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._cluster.__exit__(kind, value, tb)
+
+    def options(self) -> dict[str, str]:
+        return self._cluster.options()
+
+    def lose_one(self) -> None:
+        self._cluster.stop_node(0, signal.SIGKILL)

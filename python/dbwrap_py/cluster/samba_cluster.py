@@ -106,6 +106,26 @@ class ClusterSetup:
     log_level: int = 1
 
 
+#: seconds: the persistent-handle configurations' leases (the adapter's record
+#: locks, the node agents' --ttl): a dead node's records are free in seconds
+PERSISTENT_LEASE = 2
+
+
+def persistent_handle_setup(adapter: str | None = None, node_cache: str = "yes", **more) -> ClusterSetup:
+    """Samba 4.25's persistent handles on the cluster: ctdb keeping every
+    database (``adapter`` None: ctdb pushes each persistent record to every
+    node), or the persistent-handle databases on ``adapter`` through the
+    node cache (``node_cache``: "yes", write-back, which writes persistent
+    records through; "write-through"; "" for none), with short leases.
+    ``more``: the rest of ClusterSetup (replicas, public_address, ...)."""
+    if adapter is None:
+        return ClusterSetup(persistent_handles=True, **more)
+    lease_option = "lease_ttl" if adapter == "etcd" else "lease"  # etcd's name for its record locks' lease
+    options = {lease_option: str(PERSISTENT_LEASE), **({"node_cache": node_cache} if node_cache else {})}
+    return ClusterSetup(adapter=adapter, databases=PERSISTENT_HANDLE_DATABASES, adapter_options=options,
+                        node_lease_ttl=PERSISTENT_LEASE if node_cache else None, persistent_handles=True, **more)
+
+
 def free_port_on_every_node(addresses: Sequence[str]) -> int:
     """A TCP port free on every node's address (smbtorture's --unclist takes one -p)."""
     for _ in range(50):

@@ -12,15 +12,14 @@ store returns. Two measures:
   client i on node i mod 3; each opens a file of its own with a persistent
   handle and closes it, for ``seconds`` (bench/ca.py's client);
 * the bytes a persistent open costs the store: one client holds ``held``
-  persistent handles open on node 1, and the records of the three
-  databases (and of their ``_persistent`` copies, c_bridge/per_rec_persistent.c)
-  are summed before and while they are held: keys and values as the store
-  holds them, its own metadata (ctdb's record header, etcd's revisions, an
-  OSD's omap index, Cassandra's row overhead) not counted. ctdb: every
-  node's local copy (``ctdb cattdb`` on each node), so the push to every
-  node shows; a backend: the store's copy once (a direct traverse), times
-  its replicas (``copies``; one in these throwaway servers, three in a
-  production store at replication factor 3).
+  persistent handles open on node 1, and the store is summed before and
+  while they are held. ctdb: the keys and values of the three databases and
+  their ``_persistent`` copies in every node's local copy (``ctdb cattdb``
+  on each node; its 24-byte record header not counted), so the push to
+  every node shows. A backend: everything its store holds
+  (bench/store_bytes.py): the records written through, their copies
+  (c_bridge/per_rec_persistent.c) and the adapter's own keys, once; a
+  store of three replicas keeps three times that.
 
 One cluster runs at a time, each configuration in turn, so the ratios to
 ctdb are taken in the same run on the same machine; all of it shares this
@@ -29,7 +28,6 @@ host's 2 cores with the Python clients, so only the ratios mean something.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
@@ -77,15 +75,6 @@ def measure(cluster: SambaCluster, configuration: str, nprocs: int, seconds: flo
                        None, nprocs, seconds)
 
 
-def _store_names() -> list[str]:
-    """The databases a persistent open writes to, and their copies."""
-    names = []
-    for name in PERSISTENT_HANDLE_DATABASES:
-        base = name[:-len(".tdb")]
-        names += [name, f"{base}_persistent.tdb"]
-    return names
-
-
 def ctdb_bytes(cluster: SambaCluster) -> dict[str, int]:
     """Keys and values of the persistent-handle databases in every node's
     local copy (ctdb cattdb on each node), per database."""
@@ -101,23 +90,12 @@ def ctdb_bytes(cluster: SambaCluster) -> dict[str, int]:
 
 
 def backend_bytes(cluster: SambaCluster) -> dict[str, int]:
-    """Keys and values of the persistent-handle databases and their copies
-    as the store holds them, per database: a direct traverse, no node cache
-    (what the nodes wrote through; their write-back records are not asked for)."""
-    from dbwrap_py.database import open_database
+    """Everything the backend's store holds (store_bytes.py): the records,
+    their copies and the adapter's own keys, once."""
+    from dbwrap_py.bench.store_bytes import store_bytes
 
     assert cluster.setup.adapter is not None
-    options = {k: v for k, v in cluster.backend_options.items() if k not in ("node_cache", "node_cache_dir")}
-    found: dict[str, int] = {}
-    for name in _store_names():
-        db = open_database(os.path.join(str(cluster.root), "store", name), 0, 0, os.O_RDWR | os.O_CREAT,
-                           0o600, 0, 0, cluster.setup.adapter,
-                           [f"{k}={v}" for k, v in {**options, "cluster_name": "file"}.items()])
-        try:
-            found[name] = sum(len(k) + len(v) for k, v in db.traverse(write=False))
-        finally:
-            db.close()
-    return found
+    return {"the store": store_bytes(cluster.setup.adapter, cluster.backend_options)}
 
 
 def footprint(cluster: SambaCluster, configuration: str, held: int = HELD) -> Footprint:

@@ -106,6 +106,10 @@ class ClusterSetup:
     log_level: int = 1
 
 
+#: seconds a node agent has for its first lease: a backend of three replicas
+#: just started (three Cassandra nodes agreeing on the schema the agent
+#: makes, beside everything else on 2 cores) took more than 15
+AGENT_START_TIMEOUT = 60.0
 #: seconds: the persistent-handle configurations' leases (the adapter's record
 #: locks, the node agents' --ttl): a dead node's records are free in seconds
 PERSISTENT_LEASE = 2
@@ -278,7 +282,8 @@ class SambaCluster(StartStop):
                 agent_options = {k: v for k, v in reach.items() if k in cls.option_names}
                 for node in self.ctdb.nodes:
                     agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
-                                             node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl)
+                                             node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl,
+                                             start_timeout=AGENT_START_TIMEOUT)
                     self.agents.append(stack.enter_context(agent))
             yield reach
 

@@ -298,8 +298,11 @@ class NodeAgentProcess:
     """``dbwrap-py node-agent`` as a child process, stopped by PID."""
 
     def __init__(self, adapter: str, options: Mapping[str, str], cache_dir: str | Path | None = None,
-                 node: str = "node0", ttl: float | None = None) -> None:
+                 node: str = "node0", ttl: float | None = None, start_timeout: float = 15.0) -> None:
         self.adapter = adapter
+        #: seconds start() waits for the agent's first lease (a store just
+        #: started, such as three Cassandra nodes making their schema, is slow)
+        self.start_timeout = start_timeout
         self.options = dict(options)
         self.node = node
         self.ttl = ttl
@@ -326,7 +329,7 @@ class NodeAgentProcess:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
-    def start(self, timeout: float = 15.0) -> None:
+    def start(self, timeout: float | None = None) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         self.cache_dir.chmod(0o755)  # mkdtemp made it 0700; smbd's processes read it as the user
         argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
@@ -337,12 +340,18 @@ class NodeAgentProcess:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)
         state = NodeState(self.cache_dir)
+        timeout = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         try:
             while not state.current()[0] or state.agent_pid() != self.process.pid:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    tail = self.log.read_text(errors="replace")[-800:]
-                    raise ServerError(f"node agent did not come up: {tail}")
+                exited = self.process.poll()
+                if exited is not None or time.monotonic() > deadline:
+                    how = (f"it exited with status {exited}" if exited is not None else
+                           f"no lease within {timeout:g} s; stopped")
+                    if exited is None:
+                        self.stop(signal.SIGKILL)
+                    tail = self.log.read_text(errors="replace")[-800:].strip() or "(its log is empty)"
+                    raise ServerError(f"node agent {self.node} did not come up ({how}): {tail}")
                 time.sleep(0.02)
         finally:
             state.close()

@@ -65,6 +65,12 @@ PRELOAD_SRC := c_bridge/preload.c c_bridge/version_guard.c
 # What the build was made for; a change (an upgraded Samba) rebuilds it all.
 SAMBA_STAMP := $(BUILD)/samba-version
 TEST_BIN   := $(BUILD)/test_dbwrap
+# the proxy client with sanitizers (below)
+PROXY_CLIENT_SRC := tests/proxy_client/proxy_client.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
+                    c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
+                    c_bridge/locked_copy.c c_bridge/log.c c_bridge/options.c $(NODECACHE)/_core.c
+PROXY_CLIENT_BIN := $(BUILD)/proxy_client
+PROXY_CLIENTS := $(PROXY_CLIENT_BIN)
 
 CHECK_BIN  := $(BUILD)/dbwrap_check
 CHECKER_BIN := $(BUILD)/linearizability
@@ -93,7 +99,7 @@ help: ## every target, one line each, by group
 clean: ## remove build/
 	rm -rf $(BUILD)
 
-all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN) ## build the bridge, the preload, the C tests and the venv
+all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN) $(PROXY_CLIENTS) ## build the bridge, the preload, the C tests and the venv
 
 deps: ## install the Debian packages that are missing (scripts/install-deps.sh)
 	@scripts/install-deps.sh
@@ -181,6 +187,18 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_
 		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
+# The proxy transport's client (transport_proxy.c and what it calls) in a
+# driver of its own, with AddressSanitizer and UBSan, for a fake node daemon
+# on the other end: tests/python/test_proxy_client.py.
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# $(1): the driver, $(2): more flags
+link_proxy_client = $(CC) $(CFLAGS) $(SANITIZE) $(2) -Ic_bridge -I$(NODECACHE) -o $(1) \
+	$(PROXY_CLIENT_SRC) -l:libsamba-errors.so.1 $(SAMBA_LIBS) -lz -ldl -lpthread \
+	-Wl,-rpath,$(SAMBA_LIBDIR)
+
+$(PROXY_CLIENT_BIN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+	$(call link_proxy_client,$@,)
 
 # The conformance suite's driver: every check through Samba's dbwrap front end.
 CHECK_SRC := $(wildcard conformance/*.c)

@@ -1,0 +1,116 @@
+"""smbd's side of the proxy, attacked from the daemon's side: the bridge's
+C client (build/proxy_client, tests/proxy_client/proxy_client.c) against a
+daemon that answers as each test tells it (scripted_daemon.py).
+
+Each attack must be refused with an NTSTATUS and one log line that names
+the cause; each has a control beside it, the same daemon without the
+attack, that the client accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dbwrap_py import ntstatus as nt
+from dbwrap_py.proxy import wire
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = ROOT / "build" / "proxy_client"
+TIMEOUT = 10.0
+NOBODY = 65534
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    missing = [str(p) for p in (CLIENT,) if not p.exists()]
+    assert not missing, f"{missing} missing: run make"
+
+
+@dataclass
+class Run:
+    statuses: dict[str, list[int]]  # op -> the statuses it returned, in order
+    log: list[str]                  # the bridge's log lines (stderr)
+    events: list[str]               # what the daemon saw
+
+    def ops_seen(self, conn: int | None = None) -> list[str]:
+        return [e.split()[3] for e in self.events if e.split()[2] == "op"
+                and (conn is None or e.split()[1] == str(conn))]
+
+
+class Daemon:
+    """scripted_daemon.py in a child process, stopped by PID (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, place: Path, scripts: list[dict], uid: int | None = None,
+                 drop: str | None = None) -> None:
+        self.socket_path = str(place / "s.sock")
+        config = place / "config.json"
+        config.write_text(json.dumps({"scripts": scripts,
+                                      **({"uid": uid, "drop": drop} if uid is not None else {})}))
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("scripted_daemon.py")), self.socket_path,
+             str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = self.process.stdout.readline()
+        assert first.strip() == "listening", first + self.process.stdout.read()
+
+    def stop(self) -> list[str]:
+        """Once the client is gone: everything the daemon saw."""
+        self.process.terminate()
+        try:
+            out, _ = self.process.communicate(timeout=TIMEOUT)
+        finally:
+            self.process.kill()
+        return out.splitlines()
+
+
+def run_client(place: Path, scripts: list[dict], ops: list[str], *, uid: int | None = None,
+               drop: str | None = None, client_as: int | None = None) -> Run:
+    """build/proxy_client's ops (proxy_timeout 2 s) against a scripted daemon."""
+    daemon = Daemon(place, scripts, uid, drop)
+    try:
+        argv = [str(CLIENT), daemon.socket_path, "2", *ops]
+        if client_as is not None:
+            argv = ["setpriv", f"--reuid={client_as}", f"--regid={client_as}", "--clear-groups", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
+    finally:
+        events = daemon.stop()
+    assert done.returncode == 0, done.stderr
+    statuses: dict[str, list[int]] = {}
+    for line in done.stdout.splitlines():
+        op, status = line.split()
+        statuses.setdefault(op, []).append(int(status, 16))
+    return Run(statuses, done.stderr.splitlines(), events)
+
+
+def only_line(run: Run, text: str) -> str:
+    found = [line for line in run.log if text in line]
+    assert len(found) == 1, run.log
+    return found[0]
+
+
+@pytest.fixture
+def place():
+    """A directory every user may reach (the tests that change users need it)."""
+    path = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-client-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- a daemon that keeps the rules ------------------------------------------------
+
+
+def test_a_daemon_that_answers_as_it_should_is_taken(place):
+    """The control for each attack below: the same daemon, without it."""
+    run = run_client(place, [{}], ["open", "fetch", "close"])
+    assert run.statuses == {"open": [0], "fetch": [0], "close": [0]}, run.log
+    assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "FETCH", "CLOSE"] and not run.log

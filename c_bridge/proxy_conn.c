@@ -221,6 +221,9 @@ static int proxy_recv_reply(struct proxy_conn *conn, int64_t deadline,
 	return proxy_recv_all(conn->fd, *body, n, deadline);
 }
 
+/* How much of an error reply's cause the log line keeps (log.c's line is 1 KiB). */
+#define PROXY_CAUSE_LOGGED 512
+
 static NTSTATUS proxy_io_failed(struct proxy_conn *conn, const char *dbname,
 				enum proxy_op op, const char *step, int err)
 {
@@ -250,17 +253,39 @@ static bool proxy_routine(enum proxy_op op, NTSTATUS status)
 	       NT_STATUS_EQUAL(status, NT_STATUS_MEDIA_WRITE_PROTECTED);
 }
 
+/*
+ * The daemon's cause as one printable line in buf: at most size - 1 bytes
+ * of it (a cause may be any length up to a whole message, and a precision
+ * of (int)dsize turns negative past 2 GiB), control bytes as '?' (a
+ * newline would forge a second log line).
+ */
+static const char *proxy_cause_text(TDB_DATA cause, char *buf, size_t size)
+{
+	size_t n = (cause.dptr != NULL && cause.dsize < size) ? cause.dsize
+		: (cause.dptr != NULL) ? size - 1 : 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		uint8_t c = cause.dptr[i];
+
+		buf[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
 /* An error reply: its cause goes to the log, its status to the caller. */
 static NTSTATUS proxy_error_reply(const char *dbname, enum proxy_op op,
 				  NTSTATUS status, struct proxy_reader *r)
 {
+	char text[PROXY_CAUSE_LOGGED + 1];
 	TDB_DATA cause = proxy_get_bytes(r);
 
 	dbwrap_py_log_level(proxy_routine(op, status) ? DBWRAP_PY_LOG_ROUTINE
 						  : DBWRAP_PY_LOG_ERROR,
-			    dbname, proxy_op_name(op), "%.*s (NTSTATUS 0x%08x)",
-			    (int)cause.dsize,
-			    cause.dptr != NULL ? (const char *)cause.dptr : "",
+			    dbname, proxy_op_name(op), "%s%s (NTSTATUS 0x%08x)",
+			    proxy_cause_text(cause, text, sizeof(text)),
+			    cause.dsize > PROXY_CAUSE_LOGGED ? "..." : "",
 			    (unsigned)NT_STATUS_V(status));
 	return status;
 }

@@ -114,3 +114,20 @@ def test_a_daemon_that_answers_as_it_should_is_taken(place):
     run = run_client(place, [{}], ["open", "fetch", "close"])
     assert run.statuses == {"open": [0], "fetch": [0], "close": [0]}, run.log
     assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "FETCH", "CLOSE"] and not run.log
+
+# -- an error reply's cause in the log ------------------------------------------
+
+
+def test_an_error_cause_is_logged_as_one_bounded_printable_line(place):
+    """The attack: a cause of 100 kB that carries a newline (a forged second
+    log line), a NUL and an escape sequence. It is logged on one line, cut
+    to its first 512 bytes, control bytes as '?'."""
+    cause = b"first\nforged: db=x op=y: root was here\x00\x1b[2J" + b"A" * 100_000
+    script = {"FETCH": {"error": nt.NT_STATUS_DEVICE_NOT_READY, "cause_hex": cause.hex()}}
+    run = run_client(place, [script], ["open", "fetch"])
+    assert run.statuses == {"open": [0], "fetch": [nt.NT_STATUS_DEVICE_NOT_READY]}
+    assert run.log == [only_line(run, "op=fetch")]  # the whole log: one line
+    logged = re.fullmatch(r"dbwrap_py: db=\S+ op=fetch: (.*)\.\.\. \(NTSTATUS 0xc00000a3\)", run.log[0])
+    assert logged is not None, run.log[0]
+    assert logged.group(1) == "first?forged: db=x op=y: root was here??[2J" + "A" * (512 - 43)
+

@@ -320,6 +320,28 @@ static NTSTATUS proxy_exchange(struct proxy_conn *conn, const char *dbname,
 		? status : proxy_error_reply(dbname, op, status, fields);
 }
 
+/* A HELLO's max_message must be within PROXY_MAX_MESSAGE (proxy_wire.h says why). */
+static bool proxy_max_message_allowed(uint32_t max_message)
+{
+	return max_message <= PROXY_MAX_MESSAGE;
+}
+
+static NTSTATUS proxy_max_message_refused(struct proxy_conn *conn,
+					  const char *dbname,
+					  uint32_t max_message)
+{
+	NTSTATUS status = NT_STATUS_INVALID_NETWORK_RESPONSE;
+
+	dbwrap_py_log(dbname, proxy_op_name(PROXY_HELLO),
+		      "proxy daemon at %s: HELLO advertises messages of up to "
+		      "%u bytes, over this client's limit of %u: refused "
+		      "(NTSTATUS 0x%08x)", conn->addr.sun_path,
+		      (unsigned)max_message, PROXY_MAX_MESSAGE,
+		      (unsigned)NT_STATUS_V(status));
+	proxy_drop(conn);
+	return status;
+}
+
 /* HELLO on a new socket: the version, and the largest message the daemon takes. */
 static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 			    int64_t deadline)
@@ -344,6 +366,8 @@ static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 		    version > PROXY_VERSION || max_message < 64) {
 			status = proxy_io_failed(conn, dbname, PROXY_HELLO,
 						 "hello", EPROTO);
+		} else if (!proxy_max_message_allowed(max_message)) {
+			status = proxy_max_message_refused(conn, dbname, max_message);
 		} else {
 			conn->max_message = max_message;
 			conn->version = version;

@@ -115,6 +115,29 @@ def test_a_daemon_that_answers_as_it_should_is_taken(place):
     assert run.statuses == {"open": [0], "fetch": [0], "close": [0]}, run.log
     assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "FETCH", "CLOSE"] and not run.log
 
+# -- HELLO's max_message ------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_message", [wire.MAX_MESSAGE + 1, 0xFFFFFFFF])
+def test_a_hello_advertising_more_than_max_message_is_refused(place, max_message):
+    """The attack: a daemon that would have every smbd process allocate up
+    to 4 GiB per reply on its say-so."""
+    run = run_client(place, [{"HELLO": {"hello": [wire.VERSION, max_message]}}], ["open"])
+    assert run.statuses == {"open": [nt.NT_STATUS_INVALID_NETWORK_RESPONSE]}
+    line = only_line(run, "HELLO advertises")
+    assert (f"op=hello: proxy daemon at {place}/s.sock: HELLO advertises messages of up to "
+            f"{max_message} bytes, over this client's limit of {wire.MAX_MESSAGE}: refused "
+            f"(NTSTATUS 0xc00000c3)") in line
+    assert run.ops_seen() == ["HELLO"]  # nothing after it
+    assert "conn 0 end" in run.events[-1]
+
+
+def test_a_hello_advertising_max_message_exactly_is_taken(place):
+    run = run_client(place, [{"HELLO": {"hello": [wire.VERSION, wire.MAX_MESSAGE]}}], ["open", "fetch"])
+    assert run.statuses == {"open": [0], "fetch": [0]}, run.log
+    assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "FETCH", "CLOSE"]
+
+
 # -- an error reply's cause in the log ------------------------------------------
 
 

@@ -7,6 +7,8 @@
  * poll(), so none of them can outlast the deadline.
  */
 
+#define _GNU_SOURCE /* struct ucred */
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -378,9 +380,46 @@ static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 	return status;
 }
 
+/*
+ * Who listens on a new socket, before a byte goes to it: root (the node
+ * daemon runs as root, docs/proxy-mode.md), or this process's own
+ * effective user. smbd runs as root, so there it is root only; the other
+ * case is a daemon and its clients run by one user (the test drivers, a
+ * throwaway daemon), where the peer could ptrace this process anyway.
+ * Anyone else at the path (a daemon gone and its path taken, a directory
+ * others may write to) would be handed every record this process reads
+ * and writes. SO_PEERCRED gives the credentials the listener had when it
+ * called listen().
+ */
+static NTSTATUS proxy_check_peer(struct proxy_conn *conn, const char *dbname,
+				 enum proxy_op op)
+{
+	NTSTATUS status = NT_STATUS_ACCESS_DENIED;
+	struct ucred peer;
+	socklen_t len = sizeof(peer);
+	uid_t self = geteuid();
+
+	if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+		return proxy_io_failed(conn, dbname, op, "peer credentials", errno);
+	}
+	if (peer.uid == 0 || peer.uid == self) {
+		return NT_STATUS_OK;
+	}
+	dbwrap_py_log(dbname, proxy_op_name(op),
+		      "proxy daemon at %s: the peer (pid %d, uid %u) is neither "
+		      "root nor this process's user (uid %u): refused, nothing "
+		      "sent (NTSTATUS 0x%08x)", conn->addr.sun_path, (int)peer.pid,
+		      (unsigned)peer.uid, (unsigned)self,
+		      (unsigned)NT_STATUS_V(status));
+	proxy_drop(conn);
+	return status;
+}
+
 static NTSTATUS proxy_ready(struct proxy_conn *conn, const char *dbname,
 			    enum proxy_op op, int64_t deadline)
 {
+	NTSTATUS status;
+
 	if (conn->pid != getpid()) { /* forked without our handler: the parent's */
 		proxy_drop(conn);
 		conn->pid = getpid();
@@ -391,7 +430,11 @@ static NTSTATUS proxy_ready(struct proxy_conn *conn, const char *dbname,
 			return proxy_io_failed(conn, dbname, op, "connect", errno);
 		}
 	}
-	return conn->greeted ? NT_STATUS_OK : proxy_greet(conn, dbname, deadline);
+	if (conn->greeted) {
+		return NT_STATUS_OK;
+	}
+	status = proxy_check_peer(conn, dbname, op);
+	return NT_STATUS_IS_OK(status) ? proxy_greet(conn, dbname, deadline) : status;
 }
 
 NTSTATUS proxy_conn_call(struct proxy_conn *conn, const char *dbname,

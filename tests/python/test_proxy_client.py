@@ -154,3 +154,31 @@ def test_an_error_cause_is_logged_as_one_bounded_printable_line(place):
     assert logged is not None, run.log[0]
     assert logged.group(1) == "first?forged: db=x op=y: root was here??[2J" + "A" * (512 - 43)
 
+
+# -- who answers on the socket --------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
+                                reason="needs root (to be another user) and setpriv")
+
+
+@needs_root
+def test_a_daemon_that_is_not_root_is_refused_before_anything_is_sent(place):
+    """The attack: another user listening at the socket's path (here: a
+    daemon that became nobody between bind() and listen())."""
+    run = run_client(place, [{}], ["open"], uid=NOBODY, drop="after-bind")
+    assert run.statuses == {"open": [nt.NT_STATUS_ACCESS_DENIED]}
+    line = only_line(run, "neither root")
+    assert re.search(rf"op=open: proxy daemon at {place}/s.sock: the peer \(pid \d+, uid {NOBODY}\) "
+                     rf"is neither root nor this process's user \(uid 0\): refused, nothing sent "
+                     rf"\(NTSTATUS 0xc0000022\)", line), line
+    assert run.events == ["conn 0 end 0"]  # not one byte, not even HELLO
+
+
+@needs_root
+def test_a_daemon_of_the_clients_own_user_is_taken(place):
+    """A client that is not root trusts its own user too (a daemon and its
+    clients run by one user); root (smbd) trusts root only, above."""
+    run = run_client(place, [{}], ["open"], uid=NOBODY, drop="before-bind", client_as=NOBODY)
+    assert run.statuses == {"open": [0]}, run.log
+    assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "CLOSE"]
+

@@ -64,6 +64,9 @@ static NTSTATUS fast_where(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 	for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
 		TDB_DATA s = proxy_get_bytes(r);
 
+		if (s.dptr == NULL) { /* a field cut short: not "no memory" */
+			return proxy_malformed(db, PROXY_NODE_CACHE);
+		}
 		*strings[i] = talloc_strndup(mem_ctx, (const char *)s.dptr, s.dsize);
 		if (*strings[i] == NULL) {
 			return NT_STATUS_NO_MEMORY;

@@ -7,7 +7,8 @@ CONFIG_FILE holds JSON: {"scripts": [{OP: REPLY, ...}, ...], "uid": N, "drop": "
 | "after-bind"}. Connection i (from 0) follows scripts[i], the last one for
 every later connection; an op it does not name gets DEFAULTS. REPLY is
 "ok" (the op's fields from DEFAULTS), "close" (hang up instead),
-{"error": STATUS, "cause_hex": HEX} or {"hello": [VERSION, MAX_MESSAGE]}.
+{"error": STATUS, "cause_hex": HEX}, {"hello": [VERSION, MAX_MESSAGE]} or
+{"raw_hex": HEX} (that body, as it is).
 With "uid", the process becomes that user (and its group) before bind()
 or between bind() and listen(): SO_PEERCRED reports the credentials of
 listen().
@@ -59,6 +60,8 @@ def reply(spec: object, op: Op) -> bytes | None:
     if spec == "close":
         return None
     assert isinstance(spec, dict), spec
+    if "raw_hex" in spec:
+        return wire.Writer().bytes(bytes.fromhex(spec["raw_hex"])).body()  # the length, the body
     if "hello" in spec:
         version, max_message = spec["hello"]
         return wire.reply_ok().u16(version).u32(max_message).message()

@@ -182,3 +182,16 @@ def test_a_daemon_of_the_clients_own_user_is_taken(place):
     assert run.statuses == {"open": [0]}, run.log
     assert run.ops_seen() == ["HELLO", "OPEN", "NODE_CACHE", "CLOSE"]
 
+
+# -- found by the client fuzzer -----------------------------------------------------
+
+
+def test_a_node_cache_reply_cut_short_is_malformed_not_out_of_memory(place):
+    cut = wire.reply_ok().u32(100).body()  # records_path claims 100 bytes, and nothing follows
+    run = run_client(place, [{"NODE_CACHE": {"raw_hex": cut.hex()}}], ["open", "fetch"])
+    assert run.statuses == {"open": [0], "fetch": [0]}  # every call goes to the daemon
+    assert "op=node_cache: malformed reply from the proxy daemon (NTSTATUS 0xc0000158)" \
+        in only_line(run, "malformed")
+    assert "proxy_fastpath: NODE_CACHE failed (NT_STATUS_INTERNAL_DB_ERROR); every call goes " \
+        "to the daemon" in only_line(run, "NODE_CACHE failed")
+

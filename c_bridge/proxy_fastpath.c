@@ -86,7 +86,7 @@ void proxy_fastpath_attach(struct dbwrap_py_db *db)
 	struct dbwrap_py_native_why why;
 	NTSTATUS status;
 
-	if (proxy_conn_version(db->conn) < 2) {
+	if (proxy_conn_version(db->conn) < PROXY_FAST_PATH_VERSION) {
 		dbwrap_py_log_level(DBWRAP_PY_LOG_INFO, db->name, "open",
 				    "proxy_fastpath: the daemon speaks protocol 1; every call goes to it");
 		TALLOC_FREE(db->fast);

@@ -16,6 +16,7 @@
 #define PROXY_MAGIC 0x50574244u /* "DBWP" as a little-endian u32 */
 #define PROXY_VERSION 3
 #define PROXY_MIN_VERSION 1
+#define PROXY_FAST_PATH_VERSION 2 /* the first with NODE_CACHE, MOVE_IN, HAND_OVER */
 #define PROXY_WRITE_THROUGH_VERSION 3 /* the first with WRITE_THROUGH */
 /*
  * The largest message body, either way: requests this process builds, and
@@ -63,6 +64,8 @@ enum proxy_txn {
 };
 
 const char *proxy_op_name(enum proxy_op op);
+/* The first protocol version that has op (wire.py's OP_VERSION). */
+uint16_t proxy_op_version(enum proxy_op op);
 
 /* A message being built: 4-byte length, then the body. */
 struct proxy_writer {

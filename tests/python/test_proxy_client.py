@@ -195,3 +195,32 @@ def test_a_node_cache_reply_cut_short_is_malformed_not_out_of_memory(place):
     assert "proxy_fastpath: NODE_CACHE failed (NT_STATUS_INTERNAL_DB_ERROR); every call goes " \
         "to the daemon" in only_line(run, "NODE_CACHE failed")
 
+
+def test_a_request_never_goes_out_with_a_handle_of_a_lost_connection(place):
+    """NODE_CACHE, after each OPEN, loses the connection: the database is
+    open on a connection that is gone. Its next call opens it again (lost
+    again): the FETCH must not follow on a third connection, where handle 1
+    names nothing."""
+    run = run_client(place, [{"NODE_CACHE": "close"}], ["open", "fetch"])
+    assert run.statuses == {"open": [0], "fetch": [nt.NT_STATUS_DEVICE_NOT_READY]}
+    assert run.ops_seen(0) == run.ops_seen(1) == ["HELLO", "OPEN", "NODE_CACHE"]
+    assert "FETCH" not in run.ops_seen() and not run.ops_seen(2)
+    assert "op=fetch: the connection to the proxy daemon was lost as the database opened " \
+        "(NTSTATUS 0xc00000a3)" in only_line(run, "lost as the database opened")
+
+
+def test_write_through_after_a_lost_connection_connects_again(place):
+    run = run_client(place, [{"FETCH": "close"}, {}], ["open", "fetch", "write_through"])
+    assert run.statuses == {"open": [0], "fetch": [nt.NT_STATUS_DEVICE_NOT_READY], "write_through": [0]}
+    assert run.ops_seen(1) == ["HELLO", "OPEN", "NODE_CACHE", "WRITE_THROUGH", "CLOSE"]
+
+
+def test_write_through_is_not_sent_to_a_daemon_that_agreed_an_older_version(place):
+    """The connection it was asked on is gone; the new one agreed version 2."""
+    run = run_client(place, [{"FETCH": "close"}, {"HELLO": {"hello": [2, wire.MAX_MESSAGE]}}],
+                     ["open", "fetch", "write_through"])
+    assert run.statuses["write_through"] == [nt.NT_STATUS_NOT_SUPPORTED]
+    assert run.ops_seen(1) == ["HELLO", "OPEN", "NODE_CACHE", "CLOSE"]
+    assert "op=write_through: the daemon speaks protocol 2, without write_through (protocol 3): " \
+        "update it (NTSTATUS 0xc00000bb)" in only_line(run, "speaks protocol")
+

@@ -322,10 +322,20 @@ static NTSTATUS proxy_exchange(struct proxy_conn *conn, const char *dbname,
 		? status : proxy_error_reply(dbname, op, status, fields);
 }
 
-/* A HELLO's max_message must be within PROXY_MAX_MESSAGE (proxy_wire.h says why). */
+/*
+ * A HELLO's max_message must be within PROXY_MAX_MESSAGE (proxy_wire.h
+ * says why). DBWRAP_PY_BROKEN_MAX_MESSAGE is the broken example of the
+ * client fuzzer (build/proxy_client_broken, tests/proxy_client/): it
+ * takes any value, and the fuzzer must fail. libdbwrap_py.so is never
+ * built with it.
+ */
 static bool proxy_max_message_allowed(uint32_t max_message)
 {
+#ifdef DBWRAP_PY_BROKEN_MAX_MESSAGE
+	return true;
+#else
 	return max_message <= PROXY_MAX_MESSAGE;
+#endif
 }
 
 static NTSTATUS proxy_max_message_refused(struct proxy_conn *conn,

@@ -2,7 +2,8 @@
  * proxy_client: the proxy transport's client, the bridge's own C
  * (transport_proxy.c, proxy_conn.c, proxy_wire.c, proxy_fastpath.c), driven
  * without Samba, for tests that put a fake node daemon on the other end:
- * tests/python/test_proxy_client.py (one attack each).
+ * tests/python/test_proxy_client.py (one attack each) and
+ * dbwrap_py.proxy.fuzz_client (random replies, make test-fuzz-proxy).
  *
  *   proxy_client SOCKET TIMEOUT_S OP ...          the ops in order
  *   proxy_client SOCKET TIMEOUT_S random SEED S   random ops for S seconds
@@ -18,7 +19,8 @@
  * The Makefile builds it with AddressSanitizer and UBSan: a memory error
  * or undefined behaviour ends it with a report on stderr and exit 1, and
  * so does an allocation over MAX_ALLOCATION_MB, which no reply within
- * PROXY_MAX_MESSAGE needs.
+ * PROXY_MAX_MESSAGE needs. build/proxy_client_broken is the same with
+ * DBWRAP_PY_BROKEN_MAX_MESSAGE (proxy_conn.c): the fuzzer's broken example.
  */
 
 #include <errno.h>
@@ -37,7 +39,7 @@
 #define STR(x) #x
 #define XSTR(x) STR(x)
 
-/* Sanitizer settings that hold wherever the driver runs (tests, by hand). */
+/* Sanitizer settings that hold wherever the driver runs (tests, fuzz, by hand). */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {

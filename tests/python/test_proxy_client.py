@@ -1,6 +1,7 @@
 """smbd's side of the proxy, attacked from the daemon's side: the bridge's
 C client (build/proxy_client, tests/proxy_client/proxy_client.c) against a
-daemon that answers as each test tells it (scripted_daemon.py).
+daemon that answers as each test tells it (scripted_daemon.py), and the
+client fuzzer (dbwrap_py.proxy.fuzz_client) with its broken example.
 
 Each attack must be refused with an NTSTATUS and one log line that names
 the cause; each has a control beside it, the same daemon without the
@@ -23,16 +24,18 @@ import pytest
 
 from dbwrap_py import ntstatus as nt
 from dbwrap_py.proxy import wire
+from dbwrap_py.proxy.fuzz_client import fuzz
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "build" / "proxy_client"
+BROKEN_CLIENT = ROOT / "build" / "proxy_client_broken"
 TIMEOUT = 10.0
 NOBODY = 65534
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    missing = [str(p) for p in (CLIENT,) if not p.exists()]
+    missing = [str(p) for p in (CLIENT, BROKEN_CLIENT) if not p.exists()]
     assert not missing, f"{missing} missing: run make"
 
 
@@ -224,3 +227,21 @@ def test_write_through_is_not_sent_to_a_daemon_that_agreed_an_older_version(plac
     assert "op=write_through: the daemon speaks protocol 2, without write_through (protocol 3): " \
         "update it (NTSTATUS 0xc00000bb)" in only_line(run, "speaks protocol")
 
+
+# -- the client fuzzer ----------------------------------------------------------------
+
+
+def test_the_client_survives_a_fuzzing_daemon():
+    report = fuzz(CLIENT, seconds=3, seed=11)
+    print(report)
+    assert not report.failures, report.failures
+    assert report.cases > 100 and report.ops and report.ops == report.status_lines
+    assert report.by_kind["hello_over_max"] > 0 and report.by_kind["over_limit"] > 0
+
+
+def test_the_fuzzer_catches_a_client_without_the_max_message_clamp():
+    """The broken example: build/proxy_client_broken takes any max_message."""
+    report = fuzz(BROKEN_CLIENT, seconds=10, seed=11)
+    assert report.failures, report
+    assert any(re.search(rf"after a HELLO reply advertising max_message \d+ > {wire.MAX_MESSAGE}", f)
+               or "AddressSanitizer" in f for f in report.failures), report.failures

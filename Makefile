@@ -65,6 +65,13 @@ PRELOAD_SRC := c_bridge/preload.c c_bridge/version_guard.c
 # What the build was made for; a change (an upgraded Samba) rebuilds it all.
 SAMBA_STAMP := $(BUILD)/samba-version
 TEST_BIN   := $(BUILD)/test_dbwrap
+# the proxy client with sanitizers, and its broken twin (below)
+PROXY_CLIENT_SRC := tests/proxy_client/proxy_client.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
+                    c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
+                    c_bridge/locked_copy.c c_bridge/log.c c_bridge/options.c $(NODECACHE)/_core.c
+PROXY_CLIENT_BIN := $(BUILD)/proxy_client
+PROXY_CLIENT_BROKEN := $(BUILD)/proxy_client_broken
+PROXY_CLIENTS := $(PROXY_CLIENT_BIN) $(PROXY_CLIENT_BROKEN)
 
 CHECK_BIN  := $(BUILD)/dbwrap_check
 CHECKER_BIN := $(BUILD)/linearizability
@@ -93,7 +100,7 @@ help: ## every target, one line each, by group
 clean: ## remove build/
 	rm -rf $(BUILD)
 
-all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN) ## build the bridge, the preload, the C tests and the venv
+all: deps venv $(BRIDGE_LIB) $(INPROC_LIB) $(PRELOAD_LIB) $(TEST_BIN) $(CHECK_BIN) $(CHECKER_BIN) $(PROXY_CLIENTS) ## build the bridge, the preload, the C tests and the venv
 
 deps: ## install the Debian packages that are missing (scripts/install-deps.sh)
 	@scripts/install-deps.sh
@@ -181,6 +188,23 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_
 		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
+# The proxy transport's client (transport_proxy.c and what it calls) in a
+# driver of its own, with AddressSanitizer and UBSan, for a fake node daemon
+# on the other end: tests/python/test_proxy_client.py and the client fuzzer
+# (dbwrap_py.proxy.fuzz_client). The broken twin takes any max_message a
+# HELLO advertises (DBWRAP_PY_BROKEN_MAX_MESSAGE): the fuzzer's broken example.
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# $(1): the driver, $(2): more flags
+link_proxy_client = $(CC) $(CFLAGS) $(SANITIZE) $(2) -Ic_bridge -I$(NODECACHE) -o $(1) \
+	$(PROXY_CLIENT_SRC) -l:libsamba-errors.so.1 $(SAMBA_LIBS) -lz -ldl -lpthread \
+	-Wl,-rpath,$(SAMBA_LIBDIR)
+
+$(PROXY_CLIENT_BIN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+	$(call link_proxy_client,$@,)
+
+$(PROXY_CLIENT_BROKEN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+	$(call link_proxy_client,$@,-DDBWRAP_PY_BROKEN_MAX_MESSAGE)
 
 # The conformance suite's driver: every check through Samba's dbwrap front end.
 CHECK_SRC := $(wildcard conformance/*.c)
@@ -470,9 +494,14 @@ test-torture: all ## smbtorture on one configuration: TORTURE_CONFIG=etcd,node_c
 	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) --config $(TORTURE_CONFIG)
 
 # Random, truncated and mutated requests at a throwaway node daemon for 30 s:
-# it must stay up, with no record left locked.
-test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon
+# it must stay up, with no record left locked. Then the other way, 20 s of
+# bad replies from a fake daemon to smbd's side, the C client with
+# AddressSanitizer and UBSan (build/proxy_client): it must never crash, give
+# every call an NTSTATUS, and hang up where it must. Its broken example
+# (build/proxy_client_broken) runs in tests/python/test_proxy_client.py.
+test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon, 20 s of malformed replies at the C client
 	$(VPY) -m dbwrap_py.proxy.fuzz 30
+	$(VPY) -m dbwrap_py.proxy.fuzz_client $(PROXY_CLIENT_BIN) 20
 
 # The scylla dialect (scylla-driver, its own venv) against the same throwaway
 # Cassandra: no ScyllaDB server can be had here.

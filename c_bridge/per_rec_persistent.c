@@ -501,8 +501,11 @@ static char *prp_backup_name(TALLOC_CTX *mem_ctx, const char *name)
 	const char *base = slash != NULL ? slash + 1 : name;
 	const char *dot = strrchr(base, '.');
 	size_t stem = dot != NULL ? (size_t)(dot - name) : strlen(name);
+	/* no "%.*s": its precision is an int, and a size_t need not fit */
+	char *backup = talloc_strndup(mem_ctx, name, stem);
 
-	return talloc_asprintf(mem_ctx, "%.*s_persistent.tdb", (int)stem, name);
+	return backup != NULL ? talloc_strdup_append_buffer(backup, "_persistent.tdb")
+			      : NULL;
 }
 
 struct prp_restore_state {

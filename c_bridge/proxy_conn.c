@@ -7,6 +7,8 @@
  * poll(), so none of them can outlast the deadline.
  */
 
+#define _GNU_SOURCE /* struct ucred */
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -221,6 +223,9 @@ static int proxy_recv_reply(struct proxy_conn *conn, int64_t deadline,
 	return proxy_recv_all(conn->fd, *body, n, deadline);
 }
 
+/* How much of an error reply's cause the log line keeps (log.c's line is 1 KiB). */
+#define PROXY_CAUSE_LOGGED 512
+
 static NTSTATUS proxy_io_failed(struct proxy_conn *conn, const char *dbname,
 				enum proxy_op op, const char *step, int err)
 {
@@ -250,17 +255,39 @@ static bool proxy_routine(enum proxy_op op, NTSTATUS status)
 	       NT_STATUS_EQUAL(status, NT_STATUS_MEDIA_WRITE_PROTECTED);
 }
 
+/*
+ * The daemon's cause as one printable line in buf: at most size - 1 bytes
+ * of it (a cause may be any length up to a whole message, and a precision
+ * of (int)dsize turns negative past 2 GiB), control bytes as '?' (a
+ * newline would forge a second log line).
+ */
+static const char *proxy_cause_text(TDB_DATA cause, char *buf, size_t size)
+{
+	size_t n = (cause.dptr != NULL && cause.dsize < size) ? cause.dsize
+		: (cause.dptr != NULL) ? size - 1 : 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		uint8_t c = cause.dptr[i];
+
+		buf[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
 /* An error reply: its cause goes to the log, its status to the caller. */
 static NTSTATUS proxy_error_reply(const char *dbname, enum proxy_op op,
 				  NTSTATUS status, struct proxy_reader *r)
 {
+	char text[PROXY_CAUSE_LOGGED + 1];
 	TDB_DATA cause = proxy_get_bytes(r);
 
 	dbwrap_py_log_level(proxy_routine(op, status) ? DBWRAP_PY_LOG_ROUTINE
 						  : DBWRAP_PY_LOG_ERROR,
-			    dbname, proxy_op_name(op), "%.*s (NTSTATUS 0x%08x)",
-			    (int)cause.dsize,
-			    cause.dptr != NULL ? (const char *)cause.dptr : "",
+			    dbname, proxy_op_name(op), "%s%s (NTSTATUS 0x%08x)",
+			    proxy_cause_text(cause, text, sizeof(text)),
+			    cause.dsize > PROXY_CAUSE_LOGGED ? "..." : "",
 			    (unsigned)NT_STATUS_V(status));
 	return status;
 }
@@ -295,6 +322,38 @@ static NTSTATUS proxy_exchange(struct proxy_conn *conn, const char *dbname,
 		? status : proxy_error_reply(dbname, op, status, fields);
 }
 
+/*
+ * A HELLO's max_message must be within PROXY_MAX_MESSAGE (proxy_wire.h
+ * says why). DBWRAP_PY_BROKEN_MAX_MESSAGE is the broken example of the
+ * client fuzzer (build/proxy_client_broken, tests/proxy_client/): it
+ * takes any value, and the fuzzer must fail. libdbwrap_py.so is never
+ * built with it.
+ */
+static bool proxy_max_message_allowed(uint32_t max_message)
+{
+#ifdef DBWRAP_PY_BROKEN_MAX_MESSAGE
+	return true;
+#else
+	return max_message <= PROXY_MAX_MESSAGE;
+#endif
+}
+
+static NTSTATUS proxy_max_message_refused(struct proxy_conn *conn,
+					  const char *dbname,
+					  uint32_t max_message)
+{
+	NTSTATUS status = NT_STATUS_INVALID_NETWORK_RESPONSE;
+
+	dbwrap_py_log(dbname, proxy_op_name(PROXY_HELLO),
+		      "proxy daemon at %s: HELLO advertises messages of up to "
+		      "%u bytes, over this client's limit of %u: refused "
+		      "(NTSTATUS 0x%08x)", conn->addr.sun_path,
+		      (unsigned)max_message, PROXY_MAX_MESSAGE,
+		      (unsigned)NT_STATUS_V(status));
+	proxy_drop(conn);
+	return status;
+}
+
 /* HELLO on a new socket: the version, and the largest message the daemon takes. */
 static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 			    int64_t deadline)
@@ -319,6 +378,8 @@ static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 		    version > PROXY_VERSION || max_message < 64) {
 			status = proxy_io_failed(conn, dbname, PROXY_HELLO,
 						 "hello", EPROTO);
+		} else if (!proxy_max_message_allowed(max_message)) {
+			status = proxy_max_message_refused(conn, dbname, max_message);
 		} else {
 			conn->max_message = max_message;
 			conn->version = version;
@@ -329,9 +390,46 @@ static NTSTATUS proxy_greet(struct proxy_conn *conn, const char *dbname,
 	return status;
 }
 
+/*
+ * Who listens on a new socket, before a byte goes to it: root (the node
+ * daemon runs as root, docs/proxy-mode.md), or this process's own
+ * effective user. smbd runs as root, so there it is root only; the other
+ * case is a daemon and its clients run by one user (the test drivers, a
+ * throwaway daemon), where the peer could ptrace this process anyway.
+ * Anyone else at the path (a daemon gone and its path taken, a directory
+ * others may write to) would be handed every record this process reads
+ * and writes. SO_PEERCRED gives the credentials the listener had when it
+ * called listen().
+ */
+static NTSTATUS proxy_check_peer(struct proxy_conn *conn, const char *dbname,
+				 enum proxy_op op)
+{
+	NTSTATUS status = NT_STATUS_ACCESS_DENIED;
+	struct ucred peer;
+	socklen_t len = sizeof(peer);
+	uid_t self = geteuid();
+
+	if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+		return proxy_io_failed(conn, dbname, op, "peer credentials", errno);
+	}
+	if (peer.uid == 0 || peer.uid == self) {
+		return NT_STATUS_OK;
+	}
+	dbwrap_py_log(dbname, proxy_op_name(op),
+		      "proxy daemon at %s: the peer (pid %d, uid %u) is neither "
+		      "root nor this process's user (uid %u): refused, nothing "
+		      "sent (NTSTATUS 0x%08x)", conn->addr.sun_path, (int)peer.pid,
+		      (unsigned)peer.uid, (unsigned)self,
+		      (unsigned)NT_STATUS_V(status));
+	proxy_drop(conn);
+	return status;
+}
+
 static NTSTATUS proxy_ready(struct proxy_conn *conn, const char *dbname,
 			    enum proxy_op op, int64_t deadline)
 {
+	NTSTATUS status;
+
 	if (conn->pid != getpid()) { /* forked without our handler: the parent's */
 		proxy_drop(conn);
 		conn->pid = getpid();
@@ -342,7 +440,11 @@ static NTSTATUS proxy_ready(struct proxy_conn *conn, const char *dbname,
 			return proxy_io_failed(conn, dbname, op, "connect", errno);
 		}
 	}
-	return conn->greeted ? NT_STATUS_OK : proxy_greet(conn, dbname, deadline);
+	if (conn->greeted) {
+		return NT_STATUS_OK;
+	}
+	status = proxy_check_peer(conn, dbname, op);
+	return NT_STATUS_IS_OK(status) ? proxy_greet(conn, dbname, deadline) : status;
 }
 
 NTSTATUS proxy_conn_call(struct proxy_conn *conn, const char *dbname,

@@ -64,6 +64,9 @@ static NTSTATUS fast_where(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 	for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
 		TDB_DATA s = proxy_get_bytes(r);
 
+		if (s.dptr == NULL) { /* a field cut short: not "no memory" */
+			return proxy_malformed(db, PROXY_NODE_CACHE);
+		}
 		*strings[i] = talloc_strndup(mem_ctx, (const char *)s.dptr, s.dsize);
 		if (*strings[i] == NULL) {
 			return NT_STATUS_NO_MEMORY;
@@ -83,7 +86,7 @@ void proxy_fastpath_attach(struct dbwrap_py_db *db)
 	struct dbwrap_py_native_why why;
 	NTSTATUS status;
 
-	if (proxy_conn_version(db->conn) < 2) {
+	if (proxy_conn_version(db->conn) < PROXY_FAST_PATH_VERSION) {
 		dbwrap_py_log_level(DBWRAP_PY_LOG_INFO, db->name, "open",
 				    "proxy_fastpath: the daemon speaks protocol 1; every call goes to it");
 		TALLOC_FREE(db->fast);

@@ -22,12 +22,27 @@ const char *proxy_op_name(enum proxy_op op)
 		[PROXY_CHECK] = "check", [PROXY_DB_ID] = "db_id",
 		[PROXY_NODE_CACHE] = "node_cache",
 		[PROXY_MOVE_IN] = "move_in", [PROXY_HAND_OVER] = "hand_over",
+		[PROXY_WRITE_THROUGH] = "write_through",
 	};
 
 	if ((size_t)op < sizeof(names) / sizeof(names[0]) && names[op] != NULL) {
 		return names[op];
 	}
 	return "?";
+}
+
+uint16_t proxy_op_version(enum proxy_op op)
+{
+	switch (op) {
+	case PROXY_NODE_CACHE:
+	case PROXY_MOVE_IN:
+	case PROXY_HAND_OVER:
+		return PROXY_FAST_PATH_VERSION;
+	case PROXY_WRITE_THROUGH:
+		return PROXY_WRITE_THROUGH_VERSION;
+	default:
+		return PROXY_MIN_VERSION;
+	}
 }
 
 /* -- writer ----------------------------------------------------------------- */

@@ -16,7 +16,18 @@
 #define PROXY_MAGIC 0x50574244u /* "DBWP" as a little-endian u32 */
 #define PROXY_VERSION 3
 #define PROXY_MIN_VERSION 1
+#define PROXY_FAST_PATH_VERSION 2 /* the first with NODE_CACHE, MOVE_IN, HAND_OVER */
 #define PROXY_WRITE_THROUGH_VERSION 3 /* the first with WRITE_THROUGH */
+/*
+ * The largest message body, either way: requests this process builds, and
+ * replies it takes. A daemon's HELLO may advertise less, never more: a
+ * reply's length is allocated before its body arrives, so a daemon that
+ * could raise this (up to 4 GiB in a u32) could make each smbd process
+ * allocate that much on its say-so. 64 MiB is far above any record smbd
+ * stores (share modes, leases and byte-range locks are kilobytes) and a
+ * bounded cost per process. proxy_conn.c refuses a HELLO over it;
+ * python/dbwrap_py/proxy/wire.py's MAX_MESSAGE is the same number.
+ */
 #define PROXY_MAX_MESSAGE (64u * 1024 * 1024)
 #define PROXY_REQUEST_HEADER 8 /* u8 op, u8 0, u16 0, u32 db */
 #define PROXY_WAIT_FOREVER 0xFFFFFFFFu /* LOCK's wait_ms: unbounded (never sent here) */
@@ -53,6 +64,8 @@ enum proxy_txn {
 };
 
 const char *proxy_op_name(enum proxy_op op);
+/* The first protocol version that has op (wire.py's OP_VERSION). */
+uint16_t proxy_op_version(enum proxy_op op);
 
 /* A message being built: 4-byte length, then the body. */
 struct proxy_writer {

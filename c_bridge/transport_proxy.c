@@ -35,6 +35,31 @@
 
 static NTSTATUS proxy_open_handle(struct dbwrap_py_db *db);
 
+/*
+ * The connection the database was opened on was lost right after its OPEN
+ * (NODE_CACHE failed on it): a request with its handle must not go out on
+ * the next connection, where the handle names nothing and the daemon
+ * hangs up.
+ */
+static NTSTATUS proxy_lost_handle(struct dbwrap_py_db *db, enum proxy_op op)
+{
+	dbwrap_py_log(db->name, proxy_op_name(op), "the connection to the proxy "
+		      "daemon was lost as the database opened (NTSTATUS 0x%08x)",
+		      (unsigned)NT_STATUS_V(NT_STATUS_DEVICE_NOT_READY));
+	return NT_STATUS_DEVICE_NOT_READY;
+}
+
+/* An op the version agreed on this connection does not have: never sent. */
+static NTSTATUS proxy_too_old(struct dbwrap_py_db *db, enum proxy_op op)
+{
+	dbwrap_py_log(db->name, proxy_op_name(op), "the daemon speaks protocol %u, "
+		      "without %s (protocol %u): update it (NTSTATUS 0x%08x)",
+		      (unsigned)proxy_conn_version(db->conn), proxy_op_name(op),
+		      (unsigned)proxy_op_version(op),
+		      (unsigned)NT_STATUS_V(NT_STATUS_NOT_SUPPORTED));
+	return NT_STATUS_NOT_SUPPORTED;
+}
+
 NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 		    enum proxy_op op, proxy_put_fn put, const void *arg,
 		    unsigned timeout_ms, struct proxy_reader *r)
@@ -47,6 +72,14 @@ NTSTATUS proxy_call(struct dbwrap_py_db *db, TALLOC_CTX *mem_ctx,
 		if (!NT_STATUS_IS_OK(status)) {
 			return status;
 		}
+	}
+	if (db->generation != proxy_conn_generation(db->conn)) {
+		/* lost after the OPEN (its NODE_CACHE): the handle went with it */
+		return proxy_lost_handle(db, op);
+	}
+	/* after the open: a new connection may have agreed another version */
+	if (proxy_conn_version(db->conn) < proxy_op_version(op)) {
+		return proxy_too_old(db, op);
 	}
 	proxy_writer_request(&w, mem_ctx, op, db->handle);
 	if (put != NULL) {
@@ -385,15 +418,9 @@ static NTSTATUS proxy_delete_rec(struct dbwrap_py_db *db, TDB_DATA key)
 	return proxy_simple(db, PROXY_DELETE, proxy_put_key, &key);
 }
 
+/* proxy_call refuses it on a connection older than PROXY_WRITE_THROUGH_VERSION */
 static NTSTATUS proxy_write_through(struct dbwrap_py_db *db, TDB_DATA key)
 {
-	if (proxy_conn_version(db->conn) < PROXY_WRITE_THROUGH_VERSION) {
-		dbwrap_py_log(db->name, "write through", "the daemon speaks protocol "
-			      "%u, without WRITE_THROUGH: update it (NTSTATUS 0x%08x)",
-			      (unsigned)proxy_conn_version(db->conn),
-			      (unsigned)NT_STATUS_V(NT_STATUS_NOT_SUPPORTED));
-		return NT_STATUS_NOT_SUPPORTED;
-	}
 	return proxy_simple(db, PROXY_WRITE_THROUGH, proxy_put_key, &key);
 }
 

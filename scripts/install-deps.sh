@@ -21,7 +21,8 @@ packages="
   ca-certificates
 "
 # What each is for:
-#   build-essential, pkg-config      the bridge, the preload library, the C tests
+#   build-essential, pkg-config      the bridge, the preload library, the C tests; gcc's
+#                                    libasan and libubsan (its Depends) for build/proxy_client
 #   python3, python3-dev             the interpreter the bridge embeds, and its headers
 #   python3-venv                     the .venv (pip and setuptools wheels)
 #   python3-wheel                    bdist_wheel for the venv's setuptools (66), which

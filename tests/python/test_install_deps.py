@@ -32,6 +32,12 @@ def dbwrap_library() -> str:
     return old if Path(old).exists() else f"{SAMBA}/libdbwrap-private-samba.so.0"
 
 
+def gcc_file(name: str) -> str:
+    """Where gcc finds a library it links (its sanitizers' runtimes)."""
+    return subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True,
+                          text=True).stdout.strip()
+
+
 #: what the project uses, and where: (file, used by)
 USED_FILES = [
     ("/usr/sbin/smbd", "ThrowawaySamba"),
@@ -73,6 +79,8 @@ USED_FILES = [
     ("/usr/bin/python3-config", "the Makefile's Python flags"),
     ("/usr/bin/pkg-config", "the Makefile's talloc and tdb flags"),
     ("/usr/bin/gcc", "the Makefile"),
+    (gcc_file("libasan.so"), "build/proxy_client's AddressSanitizer (the C client's tests and fuzzer)"),
+    (gcc_file("libubsan.so"), "build/proxy_client's UBSan"),
     ("/usr/bin/make", "the Makefile"),
     ("/usr/lib/python3/dist-packages/wheel/bdist_wheel.py", "pip's editable install (bdist_wheel)"),
     ("/usr/sbin/update-ca-certificates", "pip and Go modules over HTTPS"),

@@ -482,6 +482,84 @@ def test_sigterm_removes_the_socket_and_exits_0():
         assert "proxy daemon pid" in own.log_text()
 
 
+def _plant(place: Path, kind: str) -> Path:
+    """Something other than a socket at place/s.sock; returns the path."""
+    path = place / "s.sock"
+    target = place / "precious"
+    target.write_text("keep me")
+    if kind == "regular file":
+        path.write_text("keep me too")
+    elif kind == "directory":
+        path.mkdir()
+        (path / "inside").write_text("keep me too")
+    elif kind == "symlink to a file":
+        path.symlink_to(target)
+    elif kind == "symlink to a dead socket":  # a stale socket, but reached through a link
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(target.with_name("dead.sock")))
+        dead.close()
+        path.symlink_to(target.with_name("dead.sock"))
+    elif kind == "dangling symlink":
+        path.symlink_to(place / "nowhere")
+    return path
+
+
+def _snapshot(place: Path) -> dict[str, tuple]:
+    """Every entry under place: its type, inode, link target and contents."""
+    found = {}
+    for entry in sorted(place.rglob("*")):
+        st = entry.lstat()
+        found[str(entry)] = (st.st_mode, st.st_ino,
+                             os.readlink(entry) if entry.is_symlink() else None,
+                             entry.read_bytes() if entry.is_file() and not entry.is_symlink() else None)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["regular file", "directory", "symlink to a file",
+                                  "symlink to a dead socket", "dangling symlink"])
+def test_a_socket_path_that_is_not_a_socket_is_refused_and_left_in_place(tmp_path, kind):
+    """The attack: something planted (or mistyped) at --socket. The daemon,
+    as root, must not unlink it: it refuses to start, says what is there,
+    and every file is as it was."""
+    path = _plant(tmp_path, kind)
+    before = _snapshot(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "dbwrap_py.proxy.daemon", "--socket", str(path)],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1, result
+    kind_said = "a symlink" if "symlink" in kind else f"a {kind}"
+    assert f"{path} exists and is {kind_said}, not a socket: refusing to remove it; left in place" \
+        in result.stderr
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_dead_daemons_socket_is_replaced(tmp_path):
+    path = tmp_path / "s.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening: nobody answers
+    dead.close()
+    with ProxyDaemonProcess(socket_path=path) as own, connect(own) as client:
+        client.open("x", "memory")
+
+
+def test_a_live_daemons_socket_is_refused(daemon):
+    result = subprocess.run([sys.executable, "-m", "dbwrap_py.proxy.daemon", "--socket", daemon.socket_path],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1 and f"another daemon answers on {daemon.socket_path}" in result.stderr
+    with connect(daemon) as client:
+        client.open("x", "memory")
+
+
+def test_sigterm_leaves_what_replaced_the_socket(tmp_path):
+    """The daemon removes its own socket as it stops, not whatever sits at
+    the path by then."""
+    path = tmp_path / "s.sock"
+    with ProxyDaemonProcess(socket_path=path) as own:
+        path.unlink()
+        path.write_text("not the daemon's")
+        own.stop(signal.SIGTERM)
+        assert path.read_text() == "not the daemon's"
+
+
 @pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
 def test_peer_of_another_user_is_refused():
     place = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-peer-"))

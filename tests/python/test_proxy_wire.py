@@ -32,7 +32,7 @@ def test_every_op_has_the_same_number_on_both_sides() -> None:
     c_ops = {name for name in c if name.startswith("PROXY_") and not name.startswith("PROXY_TXN_")
              and name not in {"PROXY_MAGIC", "PROXY_VERSION", "PROXY_MIN_VERSION",
                               "PROXY_MAX_MESSAGE", "PROXY_REQUEST_HEADER", "PROXY_WAIT_FOREVER",
-                              "PROXY_WRITE_THROUGH_VERSION"}}
+                              "PROXY_WRITE_THROUGH_VERSION", "PROXY_FAST_PATH_VERSION"}}
     assert c_ops == {f"PROXY_{op.name}" for op in wire.Op}
 
 
@@ -42,9 +42,27 @@ def test_the_framing_constants_agree() -> None:
     assert c["PROXY_VERSION"] == wire.VERSION
     assert c["PROXY_MIN_VERSION"] == wire.MIN_VERSION
     assert c["PROXY_WRITE_THROUGH_VERSION"] == wire.WRITE_THROUGH_VERSION
+    assert c["PROXY_FAST_PATH_VERSION"] == wire.FAST_PATH_VERSION
     assert c["PROXY_MAX_MESSAGE"] == wire.MAX_MESSAGE
     assert c["PROXY_REQUEST_HEADER"] == wire.REQUEST_HEADER.size
     assert c["PROXY_WAIT_FOREVER"] == wire.WAIT_FOREVER
+
+
+def test_each_ops_first_version_is_the_same_on_both_sides() -> None:
+    """proxy_op_version()'s switch in proxy_wire.c against wire.OP_VERSION."""
+    text = (HEADER.parent / "proxy_wire.c").read_text()
+    body = re.search(r"uint16_t proxy_op_version\(.*?\n}\n", text, re.S).group(0)
+    c = _c_constants()
+    found: dict[str, int] = {}
+    cases: list[str] = []
+    for case, returned in re.findall(r"case (PROXY_\w+):|return (PROXY_\w+);", body):
+        if case:
+            cases.append(case)
+            continue
+        found.update({name: c[returned] for name in cases})
+        cases = []
+    assert c["PROXY_MIN_VERSION"] not in found.values()  # only the ops that need more
+    assert found == {f"PROXY_{op.name}": version for op, version in wire.OP_VERSION.items()}
 
 
 def test_a_short_field_is_malformed_not_read_past() -> None:

@@ -28,6 +28,7 @@ import queue
 import selectors
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -59,6 +60,26 @@ class _Connection:
     events: int = selectors.EVENT_READ  # what the selector watches for
 
 
+def _file_kind(mode: int) -> str:
+    """'a regular file', 'a symlink', ...: what sits at a path, for an error."""
+    kinds = [(stat.S_ISLNK, "a symlink"), (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+             (stat.S_ISFIFO, "a fifo"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), f"of mode {mode:o}")
+
+
+def _unlink_if_same(path: str, expected: os.stat_result) -> None:
+    """Unlink path if it is still the file ``expected`` was (device and inode)."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != \
+            (expected.st_dev, expected.st_ino, stat.S_IFMT(expected.st_mode)):
+        raise OSError(f"{path} changed while the daemon looked at it: left in place")
+    os.unlink(path)
+
+
 def _groups_of(pid: int) -> set[int]:
     """The peer's supplementary groups (/proc: SO_PEERCRED has only its gid)."""
     try:
@@ -85,6 +106,7 @@ class ProxyDaemon:
         self._tasks = LoopTasks(self._wake)
         self.table = DatabaseTable(self._tasks, on_deadline=self._wake)
         self._listener: socket.socket | None = None
+        self._bound: os.stat_result | None = None  # the socket file bind() made
         self._connections: set[_Connection] = set()
         self._stopping = False
         #: requests taken in, by op byte: a test sees which ops reached the daemon
@@ -101,6 +123,7 @@ class ProxyDaemon:
             listener.bind(self.socket_path)
         finally:
             os.umask(old_umask)
+        self._bound = os.lstat(self.socket_path)  # what _shut_down may remove
         if self.gid is not None:
             os.chown(self.socket_path, -1, self.gid)
             os.chmod(self.socket_path, 0o660)
@@ -111,13 +134,30 @@ class ProxyDaemon:
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
 
     def _remove_stale_socket(self) -> None:
-        if not os.path.exists(self.socket_path):
+        """A dead daemon's socket goes; anything else at the path stays.
+
+        Only a socket itself (lstat: a symlink is not followed) that nobody
+        answers on is removed. A regular file, a directory or a symlink
+        there is refused and left in place: it is not ours to delete, and
+        as root, unlinking whatever a path names is how a planted symlink
+        or a mistyped --socket destroys a file. The path is looked at again
+        just before the unlink and must still be the same socket; someone
+        who can swap it in between can write its directory, and could have
+        replaced the socket itself anyway.
+        """
+        try:
+            found = os.lstat(self.socket_path)
+        except FileNotFoundError:
             return
+        if not stat.S_ISSOCK(found.st_mode):
+            raise OSError(f"{self.socket_path} exists and is {_file_kind(found.st_mode)}, not a "
+                          f"socket: refusing to remove it; left in place (remove it, or choose "
+                          f"another --socket)")
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(self.socket_path)
         except OSError:
-            os.unlink(self.socket_path)  # a dead daemon's socket
+            _unlink_if_same(self.socket_path, found)  # a dead daemon's socket
             return
         finally:
             probe.close()
@@ -295,8 +335,9 @@ class ProxyDaemon:
         if self._listener is not None:
             self._selector.unregister(self._listener)
             self._listener.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.socket_path)
+        if self._bound is not None:
+            with contextlib.suppress(OSError):  # ours only: what replaced it stays
+                _unlink_if_same(self.socket_path, self._bound)
         for connection in list(self._connections):
             self._drop(connection, None)
         self._tasks.shutdown()  # the connections' hang-ups, before their databases close

@@ -12,7 +12,8 @@ the connection closes, as the kernel closes it when the process dies.
 
 Framing. Every message is a 4-byte little-endian body length, then the body.
 A body longer than the negotiated maximum (``MAX_MESSAGE`` until HELLO's
-reply says otherwise) is malformed. Integers are little-endian. ``bytes`` is
+reply says otherwise) is malformed. HELLO's max message is at least 64 and
+at most ``MAX_MESSAGE``: a client refuses a daemon that advertises more. Integers are little-endian. ``bytes`` is
 a u32 length then the data; ``str`` is ``bytes`` holding UTF-8 (file names
 as the file system has them: surrogateescape); ``opt`` is a u8 (0 absent,
 1 present) followed, when present, by ``bytes``.

@@ -1,0 +1,84 @@
+"""Issue 39, files: a local user without privileges tries to make root (smbd,
+the node agent) follow a symbolic link or import code they planted. Each
+test named for an attack performs it and shows it refused, with an error
+naming the cause where there is something to refuse, and nothing changed on
+disk; the others show what the rules must leave working.
+
+The rules are ``dbwrap_py.safe_files``'s; ``start_python_module``
+(``dbwrap_py.servers``) starts the FoundationDB helpers.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from dbwrap_py.nodecache.state import SIZE, STATE_FILE, NodeState, StateWriter
+
+
+class Victim:
+    """A file of root's that an attacker points a link at: its bytes, mode,
+    owner and modification time are what must not change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.write_bytes(b"root's precious file\n")
+        path.chmod(0o600)
+        self.before = self.snapshot()
+
+    def snapshot(self) -> tuple[bytes, int, int, int]:
+        st = self.path.stat()
+        return self.path.read_bytes(), stat.S_IMODE(st.st_mode), st.st_uid, st.st_mtime_ns
+
+    def assert_unchanged(self) -> None:
+        assert self.snapshot() == self.before, f"{self.path} was changed through a planted link"
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Victim:
+    return Victim(tmp_path / "victim")
+
+
+def cache_dir(tmp_path: Path, mode: int = 0o755) -> Path:
+    directory = tmp_path / "node-cache"
+    directory.mkdir()
+    directory.chmod(mode)
+    return directory
+
+
+def listing(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """What is in ``directory``: each name's lstat mode (type and permissions), owner and size."""
+    return {p.name: (p.lstat().st_mode, p.lstat().st_uid, p.lstat().st_size) for p in directory.iterdir()}
+
+
+# -- 1. the node cache's state file ------------------------------------------------------
+
+
+def test_links_at_the_state_files_old_temp_name_and_at_the_state_file_are_not_followed(
+        tmp_path: Path, victim: Victim) -> None:
+    """The agent wrote node.state through ``node.new.<pid>`` with open() and
+    chmod(), both following links: a link there made root overwrite the
+    victim with zeros and make it world-readable."""
+    directory = cache_dir(tmp_path)
+    old_temp = directory / f"node.new.{os.getpid()}"  # what StateWriter(pid) used to write
+    old_temp.symlink_to(victim.path)
+    (directory / STATE_FILE).symlink_to(victim.path)
+    writer = StateWriter(directory, b"node0")
+    try:
+        victim.assert_unchanged()
+        assert old_temp.is_symlink() and os.readlink(old_temp) == str(victim.path), "the planted link is left alone"
+        state = (directory / STATE_FILE).lstat()
+        assert stat.S_ISREG(state.st_mode), "the link at node.state was replaced by the agent's own file"
+        assert stat.S_IMODE(state.st_mode) == 0o644 and state.st_size == SIZE
+        writer.publish(7, 1e12)
+        reader = NodeState(str(directory))
+        assert reader.agent_pid() == os.getpid() and reader.node_name() == b"node0"
+        reader.close()
+        assert sorted(p.name for p in directory.iterdir()) == sorted([STATE_FILE, old_temp.name]), \
+            "no temp file left"
+    finally:
+        writer.remove()
+    victim.assert_unchanged()

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from dbwrap_py.adapters._sqlite_leased_ownership import SqliteNodeStore
+from dbwrap_py.errors import UnsafePath
+from dbwrap_py.nodecache.agent import NodeAgent
 from dbwrap_py.nodecache.state import SIZE, STATE_FILE, NodeState, StateWriter
 
 
@@ -82,3 +87,57 @@ def test_links_at_the_state_files_old_temp_name_and_at_the_state_file_are_not_fo
     finally:
         writer.remove()
     victim.assert_unchanged()
+
+
+# -- 2. agent.lock ----------------------------------------------------------------------------
+
+
+def sqlite_store(tmp_path: Path) -> SqliteNodeStore:
+    """A node store that needs no server (sqlite_leased's cluster file)."""
+    return SqliteNodeStore(str(tmp_path / "sqlite_leased.cluster"), op_timeout=5.0)
+
+
+def test_a_link_at_agent_lock_makes_the_agent_refuse_to_start(tmp_path: Path, victim: Victim) -> None:
+    directory = cache_dir(tmp_path)
+    (directory / "agent.lock").symlink_to(victim.path)
+    before = listing(directory)
+    agent = NodeAgent(sqlite_store(tmp_path), directory, "node0")
+    with pytest.raises(UnsafePath, match=r"agent\.lock is a symbolic link \(to .*victim\): refused"):
+        agent.start()
+    victim.assert_unchanged()
+    assert listing(directory) == before, "no state file, nothing else made"
+    assert not (tmp_path / "sqlite_leased.cluster").exists(), "no node lease taken"
+
+
+def agent_command(tmp_path: Path, directory: Path) -> subprocess.CompletedProcess[str]:
+    """``dbwrap-py node-agent`` on ``directory``, expected to exit at once
+    (an agent that started would be stopped by the timeout)."""
+    return subprocess.run([sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", "sqlite_leased",
+                           "--cache-dir", str(directory), "--node", "node0",
+                           "-o", f"cluster_file={tmp_path / 'sqlite_leased.cluster'}"],
+                          capture_output=True, text=True, timeout=30, cwd=tmp_path)
+
+
+def test_a_link_at_agent_lock_makes_the_agent_command_exit_naming_it(tmp_path: Path, victim: Victim) -> None:
+    directory = cache_dir(tmp_path)
+    (directory / "agent.lock").symlink_to(victim.path)
+    run = agent_command(tmp_path, directory)
+    assert run.returncode == 1
+    assert f"dbwrap-py node-agent: {directory / 'agent.lock'} is a symbolic link" in run.stderr
+    victim.assert_unchanged()
+    assert sorted(p.name for p in directory.iterdir()) == ["agent.lock"]
+
+
+def test_the_agents_lock_file_is_its_own_and_not_inherited(tmp_path: Path) -> None:
+    """What the refusals above leave working: an agent on a safe directory
+    starts, its lock a regular file of mode 0600 that no child inherits."""
+    directory = cache_dir(tmp_path)
+    agent = NodeAgent(sqlite_store(tmp_path), directory, "node0", ttl=5)
+    agent.start()
+    try:
+        lock = (directory / "agent.lock").lstat()
+        assert stat.S_ISREG(lock.st_mode) and stat.S_IMODE(lock.st_mode) == 0o600
+        assert not os.get_inheritable(agent._lockfile), "O_CLOEXEC: a child the agent starts holds no lock"
+    finally:
+        agent.stop()
+        agent.run()  # drains and stops at once

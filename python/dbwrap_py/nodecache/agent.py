@@ -44,6 +44,7 @@ from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options
+from dbwrap_py.safe_files import open_file
 from dbwrap_py.servers import ServerError, dying_with_parent
 
 DEFAULT_TTL = 10
@@ -95,7 +96,7 @@ class NodeAgent:
 
     def start(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        self._lockfile = os.open(self.cache_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._lockfile = open_file(self.cache_dir / "agent.lock", 0o600)
         try:
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,10 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.adapters._sqlite_leased_ownership import SqliteNodeStore
+from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import UnsafePath
-from dbwrap_py.nodecache.agent import NodeAgent
+from dbwrap_py.nodecache.agent import NodeAgent, NodeAgentProcess
 from dbwrap_py.nodecache.state import SIZE, STATE_FILE, NodeState, StateWriter
+
+RW = os.O_RDWR | os.O_CREAT
+#: an unprivileged user's uid (Debian's nobody)
+OTHER_UID = 65534
 
 
 class Victim:
@@ -141,3 +147,54 @@ def test_the_agents_lock_file_is_its_own_and_not_inherited(tmp_path: Path) -> No
     finally:
         agent.stop()
         agent.run()  # drains and stops at once
+
+
+# -- 3. the cache directory ---------------------------------------------------------------
+
+
+def open_cached(tmp_path: Path, directory: Path) -> Database:
+    return open_database(str(tmp_path / "locking.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "sqlite_leased",
+                         ["node_cache=yes", f"node_cache_dir={directory}",
+                          f"cluster_file={tmp_path / 'sqlite_leased.cluster'}"])
+
+
+def assert_cache_dir_refused(tmp_path: Path, directory: Path, cause: str) -> None:
+    """The agent, the agent's command, NodeAgentProcess and a process opening
+    a database with the directory as node_cache_dir all refuse it, naming it
+    and ``cause``; nothing in it or about it changes, and the database's
+    store is not opened (a volatile database's first open wipes it)."""
+    before = directory.stat()
+    message = f"node cache directory {directory} {cause}"
+    with pytest.raises(UnsafePath, match=message):
+        NodeAgent(sqlite_store(tmp_path), directory, "node0").start()
+    with pytest.raises(UnsafePath, match=message):
+        NodeAgentProcess("sqlite_leased", {"cluster_file": str(tmp_path / "sqlite_leased.cluster")},
+                         directory).start()
+    with pytest.raises(UnsafePath, match=message):
+        open_cached(tmp_path, directory)
+    assert list(directory.iterdir()) == [], "no lock, state file, log or local tdb made in it"
+    after = directory.stat()
+    assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid), "refused as it was, not repaired"
+    assert not (tmp_path / "locking.tdb.sqlite").exists(), "the database's store was not opened"
+    assert not (tmp_path / "sqlite_leased.cluster").exists()
+
+
+def test_a_world_writable_cache_dir_is_refused(tmp_path: Path) -> None:
+    directory = cache_dir(tmp_path, 0o777)
+    assert_cache_dir_refused(tmp_path, directory, r"is writable by group and others \(mode 0777\): refused")
+    run = agent_command(tmp_path, directory)
+    assert run.returncode == 1
+    assert f"dbwrap-py node-agent: node cache directory {directory} is writable" in run.stderr
+    assert list(directory.iterdir()) == []
+
+
+def test_a_group_writable_cache_dir_is_refused(tmp_path: Path) -> None:
+    directory = cache_dir(tmp_path, 0o775)
+    assert_cache_dir_refused(tmp_path, directory, r"is writable by group \(mode 0775\): refused")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user takes root")
+def test_a_cache_dir_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    directory = cache_dir(tmp_path, 0o755)
+    os.chown(directory, OTHER_UID, OTHER_UID)
+    assert_cache_dir_refused(tmp_path, directory, rf"is owned by uid {OTHER_UID}, not by root: refused")

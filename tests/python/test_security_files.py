@@ -11,6 +11,7 @@ The rules are ``dbwrap_py.safe_files``'s; ``start_python_module``
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import UnsafePath
 from dbwrap_py.nodecache.agent import NodeAgent, NodeAgentProcess
 from dbwrap_py.nodecache.state import SIZE, STATE_FILE, NodeState, StateWriter
+from dbwrap_py.safe_files import sqlite_file
 
 RW = os.O_RDWR | os.O_CREAT
 #: an unprivileged user's uid (Debian's nobody)
@@ -198,3 +200,72 @@ def test_a_cache_dir_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     directory = cache_dir(tmp_path, 0o755)
     os.chown(directory, OTHER_UID, OTHER_UID)
     assert_cache_dir_refused(tmp_path, directory, rf"is owned by uid {OTHER_UID}, not by root: refused")
+
+
+# -- 4. the sqlite adapters' files -------------------------------------------------------
+
+
+def sqlite_files(tmp_path: Path) -> dict[str, int]:
+    return {p.name: stat.S_IMODE(p.lstat().st_mode) for p in tmp_path.iterdir() if ".sqlite" in p.name
+            or p.name.startswith("sqlite_leased.cluster")}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=lambda m: f"umask-{m:03o}")
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=oct)
+@pytest.mark.parametrize("adapter", ["sqlite", "sqlite_leased"])
+def test_sqlite_files_get_the_mode_samba_asks_for(tmp_path: Path, adapter: str, mode: int, umask: int) -> None:
+    """Samba asks for a mode in db_open; the adapters made their files 0644
+    less the umask (SQLite's default) whatever it asked. The mode is exact
+    under any umask: smbd runs with umask 0, so its files get exactly the
+    mode asked, whichever process (smbd, the proxy daemon) makes them."""
+    name = str(tmp_path / "locking.tdb")
+    old_umask = os.umask(umask)
+    try:
+        db = open_database(name, 0, TDB_CLEAR_IF_FIRST, RW, mode, 0, 0, adapter, [])
+        db.lock(b"k")
+        db.unlock(b"k", b"v")  # a write: SQLite's -wal and -shm exist while it is open
+        found = sqlite_files(tmp_path)
+        db.close()
+    finally:
+        os.umask(old_umask)
+    expected = {f"locking.tdb.sqlite{suffix}": mode for suffix in ("", "-wal", "-shm")}
+    if adapter == "sqlite":
+        expected["locking.tdb.sqlite.locks"] = mode
+    else:  # the opener lock, and the cluster file its first opener made
+        expected["locking.tdb.sqlite.openers"] = mode
+        expected.update({f"sqlite_leased.cluster{suffix}": mode for suffix in ("", "-wal", "-shm")})
+    assert {k: oct(v) for k, v in found.items()} == {k: oct(v) for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("planted", [".sqlite", ".sqlite-wal", ".sqlite-journal", ".sqlite.locks"])
+def test_a_link_planted_at_a_sqlite_file_is_refused(tmp_path: Path, victim: Victim, planted: str) -> None:
+    name = str(tmp_path / "locking.tdb")
+    Path(name + planted).symlink_to(victim.path)
+    before = listing(tmp_path)
+    with pytest.raises(UnsafePath, match=rf"locking\.tdb{planted} is a symbolic link \(to .*victim\): refused"):
+        open_database(name, 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "sqlite", [])
+    victim.assert_unchanged()
+    if planted != ".sqlite.locks":  # the lock file is opened after the database
+        assert listing(tmp_path) == before, "nothing made beside the link"
+
+
+def test_a_link_planted_at_sqlite_leaseds_cluster_file_is_refused(tmp_path: Path, victim: Victim) -> None:
+    (tmp_path / "sqlite_leased.cluster").symlink_to(victim.path)
+    with pytest.raises(UnsafePath, match=r"sqlite_leased\.cluster is a symbolic link"):
+        open_database(str(tmp_path / "locking.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "sqlite_leased", [])
+    victim.assert_unchanged()
+
+
+def test_naming_an_open_sqlite_file_again_keeps_this_processs_sqlite_locks(tmp_path: Path) -> None:
+    """The check of an existing file must not open it: closing that
+    descriptor would drop the fcntl locks this process's SQLite connections
+    hold on it, and another process closing its connection would take
+    itself for the last, checkpoint, and delete the WAL under them."""
+    path = str(tmp_path / "locking.tdb.sqlite")
+    conn = sqlite3.connect(sqlite_file(path, 0o600), isolation_level=None)
+    conn.executescript("PRAGMA journal_mode=WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+    assert sqlite_file(path, 0o600) == path  # as a second database's ATTACH, or a reconnect after fork, does
+    subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                    "c.execute('SELECT * FROM t').fetchall(); c.close()", path], check=True, timeout=30)
+    assert os.path.exists(path + "-wal"), "another process took its connection for the last one"
+    conn.close()

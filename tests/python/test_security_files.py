@@ -269,3 +269,54 @@ def test_naming_an_open_sqlite_file_again_keeps_this_processs_sqlite_locks(tmp_p
                     "c.execute('SELECT * FROM t').fetchall(); c.close()", path], check=True, timeout=30)
     assert os.path.exists(path + "-wal"), "another process took its connection for the last one"
     conn.close()
+
+
+# -- 5. the FoundationDB helpers -----------------------------------------------------------
+
+#: run with -I, so this driver itself imports nothing from the planted directory
+START_BOTH_HELPERS = """
+import os, sys
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.database import open_database
+cluster_file, name = sys.argv[1:]
+db = open_database(name, 0, TDB_CLEAR_IF_FIRST, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
+                   ["fdb_library=model", "cluster_file=" + cluster_file])
+db.adapter.lock_get(b"k")                  # no network here yet: the opener keeper runs it
+db.adapter.put_unlock(b"k", b"v")
+print(type(db.adapter.store()).__name__, flush=True)
+library.open_database(library.load("model", library.DEFAULT_API_VERSION), "model", cluster_file)
+pid = os.fork()
+if pid == 0:                                # forked after the network started: a relay runs it
+    print(type(db.adapter.store()).__name__, db.adapter.get(b"k"), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+db.close()
+"""
+#: modules the helpers import (their package, __future__, the stdlib's), each
+#: leaving the marker when imported
+PLANTED = ("dbwrap_py.py", "__future__.py", "struct.py", "select.py", "json.py")
+
+
+@pytest.mark.server
+def test_modules_planted_in_the_current_directory_are_not_imported_by_the_fdb_helpers(tmp_path: Path) -> None:
+    """smbd's processes work in share directories their users write. The
+    opener keeper and the relay were ``python -m`` in the process's
+    directory, which Python puts first on sys.path: a planted module ran as
+    root there."""
+    from dbwrap_py.testing.fdb_model.throwaway import model_server
+
+    planted = tmp_path / "share"
+    planted.mkdir()
+    marker = tmp_path / "planted-module-ran"
+    for module in PLANTED:
+        (planted / module).write_text(f"open({str(marker)!r}, 'a').write(__name__ + ' imported\\n')\n")
+    with model_server() as cluster_file:
+        # named relative to the process's directory, as smb.conf may: the helpers run in / now
+        (planted / "fdb.cluster").write_text(cluster_file.read_text())
+        run = subprocess.run([sys.executable, "-I", "-c", START_BOTH_HELPERS, "fdb.cluster",
+                              str(tmp_path / "locking.tdb")], cwd=planted, capture_output=True, text=True,
+                             timeout=120)
+    assert not marker.exists(), f"a planted module ran in a helper: {marker.read_text()}"
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == ["KeeperStore", "RelayStore b'v'"], "both helpers ran"

@@ -6,10 +6,12 @@ lives, as tdb does. An opener shows it lives by an opener key whose expiry
 (a read version) is renewed; that takes FoundationDB's network, which smbd's
 parent must never start (it opens every database, then forks). So a process
 that opens a volatile database before its network runs starts one keeper: a
-fresh interpreter, started with exec (``python -m
-dbwrap_py.adapters._fdb_keeper``), with a network of its own. The keeper joins
-the openers for it (wiping first if no live opener is left), renews its
-opener keys, and clears them when the process closes the database or dies.
+fresh interpreter, started with exec (``python -I -m
+dbwrap_py.adapters._fdb_keeper`` in ``/``, by ``start_python_module``: no
+module planted in the process's directory is imported), with a network of
+its own. The keeper joins the openers for it (wiping first if no live
+opener is left), renews its opener keys, and clears them when the process
+closes the database or dies.
 
 One keeper per process, for all its databases. It learns of its process's
 death by PR_SET_PDEATHSIG (SIGTERM, set by itself after exec) and, in case
@@ -34,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dbwrap_py.adapters._fdb_relay import RemoteStore, answer, error_reply, raise_reply, receive, send
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
-from dbwrap_py.servers import stop_process
+from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters._fdb_store import FdbStore
@@ -63,9 +65,9 @@ class KeeperClient:
         #: database -> how many of this process's opens it holds (the key goes with the last close)
         self.joined: dict[tuple[Any, ...], int] = {}
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", "dbwrap_py.adapters._fdb_keeper",
-                                              str(self.pid), repr(opener_ttl)],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._process = start_python_module("dbwrap_py.adapters._fdb_keeper",
+                                                [str(self.pid), repr(opener_ttl)],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             raise Unavailable(f"FoundationDB opener keeper could not start: {exc}") from exc
 

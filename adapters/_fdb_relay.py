@@ -4,10 +4,11 @@ network thread.
 That thread cannot be used in the child (fork() copied none of it) nor
 started again there (libfdb_c allows one per process image). So such a
 child runs its database operations in a relay: a fresh interpreter started
-with exec (``python -m dbwrap_py.adapters._fdb_relay``), which opens its own
-store and network and answers calls on its stdin and stdout, one
-length-prefixed ``marshal`` frame each way. It ends when the child closes
-the pipe (or dies: the pipe closes with it).
+with exec (``python -I -m dbwrap_py.adapters._fdb_relay`` in ``/``, by
+``start_python_module``: no module planted in the child's directory is
+imported), which opens its own store and network and answers calls on its
+stdin and stdout, one length-prefixed ``marshal`` frame each way. It ends
+when the child closes the pipe (or dies: the pipe closes with it).
 
 ``RelayStore`` is the child's side: the same methods as ``FdbStore``.
 """
@@ -25,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dbwrap_py import errors
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
-from dbwrap_py.servers import dying_with_parent, stop_process
+from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb import StoreArgs
@@ -119,9 +120,8 @@ class RelayStore(RemoteStore):
         self._reply_timeout = longest_call + REPLY_SLACK
         self.gone = False
         try:
-            self._process = subprocess.Popen(
-                dying_with_parent([sys.executable, "-m", "dbwrap_py.adapters._fdb_relay"]),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._process = start_python_module("dbwrap_py.adapters._fdb_relay", dying=True,
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             raise Unavailable(f"FoundationDB relay process could not start: {exc}") from exc
         self._call("open", dict(args))

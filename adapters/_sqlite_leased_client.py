@@ -3,7 +3,9 @@
 * ``NOW``: SQLite's clock in SQL, the one every lease here is judged by.
 * ``Sql``: a connection that counts round trips (a transaction, or a
   statement outside one), maps "database is locked" to Timeout, and runs
-  write transactions that lock only the file they write (see ``transaction``).
+  write transactions that lock only the file they write (see ``transaction``);
+  its file is made with the mode asked, never through a planted link
+  (``dbwrap_py.safe_files.sqlite_file``).
 * ``hold_open`` / ``let_go_open``: the first-opener test of
   TDB_CLEAR_IF_FIRST, an fcntl lock as in the sqlite adapter: it goes with
   its process at once, and the processes sharing a WAL file share a host.
@@ -19,18 +21,21 @@ from contextlib import contextmanager
 from typing import Any
 
 from dbwrap_py.errors import Timeout, Unavailable
+from dbwrap_py.safe_files import open_file, sqlite_file
 
 #: SQLite's clock in Unix seconds; 'now' is one value for the whole of a statement
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 class Sql:
-    """One connection (any thread may use it, one at a time)."""
+    """One connection (any thread may use it, one at a time) to ``path``,
+    made with ``mode`` if missing."""
 
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, path: str, timeout: float, mode: int) -> None:
         try:
-            self.conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:  # e.g. the database's directory was removed
+            self.conn = sqlite3.connect(sqlite_file(path, mode), timeout=timeout, isolation_level=None,
+                                        check_same_thread=False)
+        except (sqlite3.Error, OSError) as exc:  # e.g. the database's directory was removed
             raise Unavailable(f"sqlite: {path}: {exc}") from exc
         self.round_trips = 0
 
@@ -72,12 +77,13 @@ class Sql:
 _openers: dict[tuple[int, str], list[Any]] = {}  # (pid, path): [file, opens]; fcntl locks are per process
 
 
-def hold_open(path: str, wipe: Callable[[], None] | None) -> None:
-    """Hold byte 0 of ``path`` shared while this process has the database
-    open; ``wipe`` first, under an exclusive lock, if no process has."""
+def hold_open(path: str, wipe: Callable[[], None] | None, mode: int) -> None:
+    """Hold byte 0 of ``path`` (made with ``mode`` if missing) shared while
+    this process has the database open; ``wipe`` first, under an exclusive
+    lock, if no process has."""
     entry = _openers.get((os.getpid(), path))
     if entry is None:
-        file = open(path, "a+b")
+        file = os.fdopen(open_file(path, mode), "r+b")
         try:
             try:
                 fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)

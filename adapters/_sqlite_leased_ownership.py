@@ -41,11 +41,14 @@ from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 from dbwrap_py.options import Options
+from dbwrap_py.safe_files import sqlite_file
 
 #: how often an agent looks for release requests
 POLL_SECONDS = 0.005
 #: the cluster file's name where the option does not give one
 CLUSTER_FILE = "sqlite_leased.cluster"
+#: the mode of the files the agent makes (a database's opener makes them with the database's)
+AGENT_FILE_MODE = 0o600
 CLUSTER_SCHEMA = """CREATE TABLE IF NOT EXISTS cluster.nodes (name TEXT PRIMARY KEY, lease INTEGER UNIQUE, expires REAL);
 CREATE TABLE IF NOT EXISTS cluster.requests (id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT, db TEXT, k BLOB,
     expires REAL, UNIQUE (node, db, k));
@@ -70,12 +73,16 @@ FENCES = {False: "SELECT 1 FROM node_locks WHERE k = :k AND token = :token",
           True: "SELECT 1 FROM node_claims WHERE bucket = :bucket AND token = :token"}
 
 
-def attach(sql: Sql, cluster_file: str, db: bytes | None = None, path: str | None = None) -> None:
-    """ATTACH the cluster file, and make what the node cache uses: the
-    tables (database ``db``'s too, if given), the views, SQL's ``bucket()``;
-    an opener registers ``db`` at ``path``, for the agents."""
+def attach(sql: Sql, cluster_file: str, mode: int, db: bytes | None = None, path: str | None = None) -> None:
+    """ATTACH the cluster file (made with ``mode`` if missing), and make
+    what the node cache uses: the tables (database ``db``'s too, if given),
+    the views, SQL's ``bucket()``; an opener registers ``db`` at ``path``,
+    for the agents."""
     conn = sql.conn
-    conn.execute("ATTACH DATABASE ? AS cluster", (cluster_file,))
+    try:
+        conn.execute("ATTACH DATABASE ? AS cluster", (sqlite_file(cluster_file, mode),))
+    except OSError as exc:
+        raise Unavailable(f"sqlite: {cluster_file}: {exc}") from exc
     conn.executescript("PRAGMA cluster.journal_mode=WAL;" + CLUSTER_SCHEMA
                        + (DATABASE_SCHEMA if db is not None else "") + VIEWS)
     conn.create_function("bucket", 1, bucket_of, deterministic=True)
@@ -251,8 +258,8 @@ class SqliteNodeStore(NodeStore):
         return cls(cluster_file, options.get_float("op_timeout", 10.0, minimum=0.0))
 
     def _connect(self, path: str, db: bytes | None = None) -> Sql:
-        sql = Sql(path, self.op_timeout)  # a database's file: its opener made the records' tables
-        attach(sql, self.cluster_file, db)
+        sql = Sql(path, self.op_timeout, AGENT_FILE_MODE)  # a database's file: its opener made the tables
+        attach(sql, self.cluster_file, AGENT_FILE_MODE, db)
         self._connections.append(sql)
         return sql
 

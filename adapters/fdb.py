@@ -388,10 +388,12 @@ def base_store_args(options: Options) -> StoreArgs:
     prefix = options.get_str("prefix", DEFAULT_PREFIX)
     if not prefix:
         raise ConfigError("option prefix must not be empty")
+    # absolute, as this process names it now: the opener keeper and the relays run in /
+    cluster_file = options.get_str("cluster_file", "")
     # transaction_timeout is per FoundationDB transaction, retries included
     return {"library": library.kind_of(options),
             "api_version": options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13),
-            "cluster_file": options.get_str("cluster_file", "") or None,  # None: fdb's default
+            "cluster_file": os.path.abspath(cluster_file) if cluster_file else None,  # None: fdb's default
             "prefix": prefix.encode(), "db": b"", "volatile": True,
             "timeout_ms": int(options.get_float("transaction_timeout", 5.0, minimum=0.0) * 1000),
             "retry_limit": options.get_int("retry_limit", 100, minimum=-1), "join": False,

@@ -4,10 +4,12 @@
 
 import fcntl
 import hashlib
+import os
 import sqlite3
 import time
 
 from dbwrap_py import Adapter, Capabilities, LockConflict
+from dbwrap_py.safe_files import open_file, sqlite_file
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS seq (n INTEGER); INSERT INTO seq SELECT 0 WHERE NOT EXISTS (SELECT * FROM seq);"""
@@ -25,7 +27,9 @@ class SqliteAdapter(Adapter):
         self._connect()
 
     def _connect(self):
-        self.sql = sqlite3.connect(self.spec.name + ".sqlite", timeout=self.timeout, isolation_level=None)
+        # the files get the mode Samba asks for, and a link planted at their names is refused
+        path = sqlite_file(self.spec.name + ".sqlite", self.spec.mode)
+        self.sql = sqlite3.connect(path, timeout=self.timeout, isolation_level=None)
         # switching to WAL fails at once ("database is locked") while another
         # process opens the file, whatever the timeout: set it only once
         deadline = time.monotonic() + self.timeout
@@ -39,7 +43,7 @@ class SqliteAdapter(Adapter):
         self.sql.executescript(SCHEMA)
         path = self.spec.name + ".sqlite.locks"
         if path not in _lock_files:
-            self.locks = _lock_files[path] = open(path, "a+b")
+            self.locks = _lock_files[path] = os.fdopen(open_file(path, self.spec.mode), "r+b")
             try:  # the first opener of a volatile database empties it
                 fcntl.lockf(self.locks, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
                 if not self.spec.persistent:

@@ -72,13 +72,14 @@ class SqliteLeasedAdapter(LeasedAdapter):
         self._connect(first_open=True)
 
     def _connect(self, first_open: bool = False) -> None:
-        self.sql = Sql(self.spec.name + ".sqlite", self.op_timeout)
+        self.sql = Sql(self.spec.name + ".sqlite", self.op_timeout, self.spec.mode)
         self.sql.conn.executescript("PRAGMA journal_mode=WAL;" + SCHEMA)
         self._node_holds = "0"  # SQL: a node owns record :k; never, for a persistent database
         if not self.spec.persistent:
-            nodes.attach(self.sql, self.cluster_file, self.node_cache_id, os.path.abspath(self.spec.name))
+            nodes.attach(self.sql, self.cluster_file, self.spec.mode, self.node_cache_id,
+                         os.path.abspath(self.spec.name))
             self._node_holds = nodes.NODE_HOLDS
-            hold_open(self.spec.name + ".sqlite.openers", self._wipe if first_open else None)
+            hold_open(self.spec.name + ".sqlite.openers", self._wipe if first_open else None, self.spec.mode)
             self.wipe_revision = nodes.wipe_revision(self.sql)
 
     def _wipe(self) -> None:

@@ -19,7 +19,7 @@ from dbwrap_py._records import Records
 from dbwrap_py.adapter import Adapter, DatabaseSpec
 from dbwrap_py.nodecache.adapter import OPTION_NAMES as NODE_CACHE_OPTIONS
 from dbwrap_py.nodecache.adapter import CachedAdapter, node_cache_mode, supports_node_cache
-from dbwrap_py.nodecache.adapter import cache_dir as node_cache_dir
+from dbwrap_py.nodecache.adapter import ready_cache_dir
 from dbwrap_py.errors import (
     AdapterContractError,
     ConfigError,
@@ -285,7 +285,8 @@ def open_database(
     except ConfigError as exc:
         raise ConfigError(f"adapter {adapter_name!r}: {exc}") from None
     spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags, by_file)
+    cache_dir = ready_cache_dir(parsed, name) if cache_mode is not None and not spec.persistent else None
     adapter = cls(spec, parsed)
-    if cache_mode is not None and not spec.persistent:
-        adapter = CachedAdapter(adapter, cache_mode, node_cache_dir(parsed, name))
+    if cache_mode is not None and cache_dir is not None:
+        adapter = CachedAdapter(adapter, cache_mode, cache_dir)
     return Database(adapter)

@@ -82,6 +82,12 @@ class AccessDenied(DbwrapError):
     ntstatus = nt.NT_STATUS_ACCESS_DENIED
 
 
+class UnsafePath(AccessDenied):
+    """A file or directory root would use where another user could have
+    planted something: a symbolic link where a file is created or opened, a
+    directory not root's or writable by others (``dbwrap_py.safe_files``)."""
+
+
 class InvalidParameter(DbwrapError):
     """A caller passed something dbwrap does not allow (an unknown store flag)."""
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 
 from dbwrap_py.adapter import Adapter, Capabilities
 from dbwrap_py.errors import ConfigError, NotSupported
-from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache
+from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache, check_cache_dir
 from dbwrap_py.nodecache.state import NodeState
 from dbwrap_py.nodecache.sync import DEFAULT_TIMEOUT, owners_write_through
 from dbwrap_py.options import Options
@@ -71,6 +71,17 @@ def cache_dir(options: Options, database: str) -> str:
         os.path.dirname(os.path.abspath(database)), "node-cache")
 
 
+def ready_cache_dir(options: Options, database: str) -> str:
+    """``cache_dir``, made if missing (0755, as Samba's lock directory) and
+    checked (``check_cache_dir``). Before the adapter opens: a refused
+    directory leaves the store as it was (a volatile database's first open
+    wipes it)."""
+    directory = cache_dir(options, database)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    check_cache_dir(directory)
+    return directory
+
+
 class NoWriteBackCache(NotSupported):
     """The database has no write-back node cache: smbd's fast path asks
     every database it opens (the option is on by default), so this is a
@@ -104,9 +115,9 @@ class CachedAdapter(Adapter):
     """
 
     def __init__(self, inner: Adapter, mode: str, directory: str) -> None:
+        """``directory``: from ``ready_cache_dir``, made and checked."""
         super().__init__(inner.spec, inner.options)
         self.inner = inner
-        os.makedirs(directory, mode=0o755, exist_ok=True)  # as Samba's lock directory
         self.cache: NodeCache | None = None
         self.sync_timeout = inner.options.get_float("node_cache_sync_timeout", DEFAULT_TIMEOUT, minimum=0.0)
         if NodeState(directory).configured():

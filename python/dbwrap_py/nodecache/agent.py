@@ -38,12 +38,13 @@ from pathlib import Path
 from types import TracebackType
 
 from dbwrap_py.errors import DbwrapError
-from dbwrap_py.nodecache.cache import NodeCache, local_files
+from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options
+from dbwrap_py.safe_files import open_file
 from dbwrap_py.servers import ServerError, dying_with_parent
 
 DEFAULT_TTL = 10
@@ -95,7 +96,8 @@ class NodeAgent:
 
     def start(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        self._lockfile = os.open(self.cache_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        check_cache_dir(self.cache_dir)
+        self._lockfile = open_file(self.cache_dir / "agent.lock", 0o600)
         try:
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -331,6 +333,7 @@ class NodeAgentProcess:
 
     def start(self, timeout: float | None = None) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        check_cache_dir(self.cache_dir)  # refused as it is, not repaired by the chmod
         self.cache_dir.chmod(0o755)  # mkdtemp made it 0700; smbd's processes read it as the user
         argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
                 "--cache-dir", str(self.cache_dir), "--node", self.node,

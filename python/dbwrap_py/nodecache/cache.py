@@ -35,6 +35,7 @@ from dbwrap_py.nodecache._fastpath import LocalRecords
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET, Bucket, Local, bucket_key, bucket_of
 from dbwrap_py.nodecache.protocol import OwnedElsewhere, Ownership
 from dbwrap_py.nodecache.state import NodeState
+from dbwrap_py.safe_files import check_directory
 
 #: local tdb files: many chains, so unrelated keys rarely share a lock
 HASH_SIZE = 10007
@@ -49,6 +50,13 @@ ASK_AGAIN = 0.25
 #: keys with a recent request to their owner, before stale ones are dropped
 ASKED_KEPT = 1024
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
+
+
+def check_cache_dir(cache_dir: str | Path) -> None:
+    """UnsafePath unless the directory is root's (or this process's
+    effective user's) and writable by its owner only: root keeps the node's
+    records, its state file and its lock there, by name."""
+    check_directory(cache_dir, "node cache directory")
 
 
 def local_files(cache_dir: str | Path, db_id: bytes) -> tuple[Path, Path]:

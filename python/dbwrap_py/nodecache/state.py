@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 
 from dbwrap_py.nodecache import _fastpath
+from dbwrap_py.safe_files import temp_file
 
 STATE_FILE = "node.state"
 MAGIC = b"DBWN"
@@ -76,13 +77,17 @@ class StateWriter:
         self._lease_id = 0
         self._valid_until = 0.0
         self._status = RUNNING
-        temp = self.path.with_suffix(f".new.{os.getpid()}")
-        with open(temp, "wb") as f:
-            f.write(bytes(SIZE))
-        os.chmod(temp, 0o644)  # smbd's processes read it as the user
-        fd = os.open(temp, os.O_RDWR)
+        # written whole under a name nobody can foresee, then renamed over
+        # the path (a link planted at either is never followed); 0644:
+        # smbd's processes read it as the user
+        fd, temp = temp_file(self.path.parent, f".{STATE_FILE}.", 0o644)
         try:
+            if os.write(fd, bytes(SIZE)) != SIZE:  # blocks allocated now, not at a store through the map
+                raise OSError(f"{temp}: short write")
             self._map = mmap.mmap(fd, SIZE)
+        except BaseException:
+            os.unlink(temp)
+            raise
         finally:
             os.close(fd)
         self._write()

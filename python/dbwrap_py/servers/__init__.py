@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -38,6 +39,23 @@ def dying_with_parent(argv: Sequence[str]) -> list[str]:
     if _SETPRIV is None:  # not util-linux: servers just outlive a crashed parent
         return list(argv)
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+
+
+def start_python_module(module: str, args: Sequence[str] = (), *, dying: bool = False,
+                        stdin: int | None = None, stdout: int | None = None) -> subprocess.Popen[bytes]:
+    """``python -I -m module args`` in this interpreter, in ``/``; with
+    ``dying``, made ``dying_with_parent``.
+
+    A helper started from smbd runs as root wherever smbd's process happens
+    to be (a share's directory, which its users write), and ``python -m``
+    puts the current directory first on sys.path: a ``dbwrap_py.py`` or
+    ``json.py`` planted there would run as root. ``-I`` (isolated) leaves
+    the current directory and every PYTHON* variable out, and ``/`` is no
+    one's to plant in. The venv's site-packages stay (sys.executable is the
+    venv's python, whose pyvenv.cfg sets them up), and with them the
+    installed ``dbwrap_py``, editable or not: all these helpers import."""
+    argv = [sys.executable, "-I", "-m", module, *args]
+    return subprocess.Popen(dying_with_parent(argv) if dying else argv, cwd="/", stdin=stdin, stdout=stdout)
 
 
 def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> None:

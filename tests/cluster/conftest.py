@@ -84,7 +84,12 @@ PERSISTENT_CONFIGURATIONS = {
     # three replicas, one of which dies with node 1 (replicas.py)
     "etcd-node-cache-member-lost": persistent_handle_setup("etcd", replicas=EtcdMembers),
     "rados-node-cache-osd-lost": persistent_handle_setup("rados", replicas=CephOsds),
-    "cassandra-node-cache-node-lost": persistent_handle_setup("cassandra", replicas=CassandraNodes),
+    # record locks of 6 s: with a node just lost, a Cassandra LWT here took
+    # over 2 s, a copy's transaction lock expired before its commit, and
+    # node 3's open failed with NT_STATUS_INTERNAL_DB_ERROR instead of being
+    # refused for the reserved handle (1 run of 5, twice)
+    "cassandra-node-cache-node-lost": persistent_handle_setup("cassandra", lock_lease=6,
+                                                              replicas=CassandraNodes),
 }
 
 
@@ -143,9 +148,22 @@ PERSISTENT_BROKEN = {
                                                reason="broken on purpose: the persistent open dies with its node"))
     for name in PERSISTENT_BROKEN)])
 def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
-    """A cluster of its own per test (its node 1 dies in it)."""
+    """A cluster of its own per test (its node 1 dies in it). A test that
+    failed gets every node's smbd log tail, and the backend's, printed."""
     with _running({**PERSISTENT_CONFIGURATIONS, **PERSISTENT_BROKEN}[request.param]) as running:
         yield running
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            for pnn, samba in enumerate(running.sambas):
+                print(f"\n--- node {pnn + 1}'s smbd log ends ---\n{samba.log_tail(60)}", file=sys.stderr)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Each phase's report on its test (rep_setup, rep_call), for fixtures' teardown."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
 
 
 _RECLAIM_TIMES: dict[str, list[float]] = {}

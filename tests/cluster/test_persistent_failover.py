@@ -86,6 +86,9 @@ def _reclaim(cluster: SambaCluster, pnn: int, client_guid: uuid.UUID, file_id: b
             last = f"reclaim: 0x{exc.status:08x}"
             client.close()
             time.sleep(0.5)
+        except Exception as exc:  # the node hung up on the reclaim: its smbd says why
+            pytest.fail(f"node {pnn + 1} hung up on the reclaim ({exc!r}); its smbd's log ends:\n"
+                        f"{cluster.sambas[pnn].log_tail(80)}")
     pytest.fail(f"node {pnn + 1} gave the persistent handle back to nobody within "
                 f"{RECLAIM_WITHIN:g} s of node 1's death; last: {last}")
 

@@ -115,17 +115,20 @@ AGENT_START_TIMEOUT = 60.0
 PERSISTENT_LEASE = 2
 
 
-def persistent_handle_setup(adapter: str | None = None, node_cache: str = "yes", **more) -> ClusterSetup:
+def persistent_handle_setup(adapter: str | None = None, node_cache: str = "yes",
+                            lock_lease: float = PERSISTENT_LEASE, **more) -> ClusterSetup:
     """Samba 4.25's persistent handles on the cluster: ctdb keeping every
     database (``adapter`` None: ctdb pushes each persistent record to every
     node), or the persistent-handle databases on ``adapter`` through the
     node cache (``node_cache``: "yes", write-back, which writes persistent
-    records through; "write-through"; "" for none), with short leases.
+    records through; "write-through"; "" for none), with short leases: the
+    node agents' PERSISTENT_LEASE, and ``lock_lease`` for the adapter's
+    record and transaction locks (a holder stalled past it is fenced out).
     ``more``: the rest of ClusterSetup (replicas, public_address, ...)."""
     if adapter is None:
         return ClusterSetup(persistent_handles=True, **more)
     lease_option = "lease_ttl" if adapter == "etcd" else "lease"  # etcd's name for its record locks' lease
-    options = {lease_option: str(PERSISTENT_LEASE), **({"node_cache": node_cache} if node_cache else {})}
+    options = {lease_option: f"{lock_lease:g}", **({"node_cache": node_cache} if node_cache else {})}
     return ClusterSetup(adapter=adapter, databases=PERSISTENT_HANDLE_DATABASES, adapter_options=options,
                         node_lease_ttl=PERSISTENT_LEASE if node_cache else None, persistent_handles=True, **more)
 

@@ -447,8 +447,8 @@ class CassandraCluster:
     def options(self) -> dict[str, str]:
         """The cassandra adapter's options that reach this cluster."""
         options = {"contact_points": self.contact_points, "replication_factor": str(self.nodes)}
-        if self.auth == "password":
-            options.update(user=SUPERUSER[0], password=SUPERUSER[1])
+        if self.auth == "password":  # no TLS here: a throwaway on this host's addresses
+            options.update(user=SUPERUSER[0], password=SUPERUSER[1], allow_plaintext="yes")
         return options
 
     def host(self, index: int) -> str:

@@ -9,11 +9,11 @@ plain names.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from dbwrap_py.errors import AdapterContractError, ConfigError
+from dbwrap_py.safe_files import read_private_file
 
 _TRUE = {"yes", "true", "1", "on"}
 _FALSE = {"no", "false", "0", "off"}
@@ -149,9 +149,9 @@ def read_secret_file(path: str | Path, option: str = "password_file") -> str:
 
     A relative name is looked up in ``$CREDENTIALS_DIRECTORY`` when that is
     set (systemd's LoadCredential=), else it is refused: the working
-    directory of smbd says nothing. The file must be owned by root or by
-    the effective uid and neither group- nor world-readable (nor writable);
-    a link is not followed."""
+    directory of smbd says nothing. safe_files.read_private_file's rules
+    apply: no link, owned by root or the effective uid, and no access at
+    all for group or others (else UnsafePath naming it and its mode)."""
     path = Path(path)
     if not path.is_absolute():
         credentials = os.environ.get("CREDENTIALS_DIRECTORY")
@@ -160,24 +160,9 @@ def read_secret_file(path: str | Path, option: str = "password_file") -> str:
                               "is not set: give an absolute path")
         path = Path(credentials) / path
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data, _ = read_private_file(path, f"option {option}:", refused_bits=0o077)
     except OSError as exc:
         raise ConfigError(f"option {option}: cannot read {str(path)!r}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"option {option}: {str(path)!r} is not a regular file")
-        if info.st_uid not in (0, os.geteuid()):
-            raise ConfigError(f"option {option}: {str(path)!r} is owned by uid {info.st_uid}, "
-                              f"not by root or by uid {os.geteuid()}: refused")
-        if info.st_mode & 0o077:
-            raise ConfigError(f"option {option}: {str(path)!r} has mode {stat.S_IMODE(info.st_mode):04o}: "
-                              f"others may read or change it; refused (chmod 0600 {path})")
-        data = b""
-        while chunk := os.read(fd, 65536):
-            data += chunk
-    finally:
-        os.close(fd)
     text = data.decode("utf-8", errors="strict")
     return text[:-1] if text.endswith("\n") else text
 

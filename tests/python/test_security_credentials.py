@@ -25,7 +25,7 @@ from test_etcd import open_etcd, put
 from dbwrap_py.adapters import _cassandra_client as cc
 from dbwrap_py.adapters._etcd_client import _Config as EtcdConfig
 from dbwrap_py.adapters._etcd_server import EtcdCluster, EtcdTls
-from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError
+from dbwrap_py.errors import AccessDenied, ConfigError, UnsafePath
 from dbwrap_py.nodecache.agent import OPTIONS_FILE, NodeAgentProcess, main as agent_main, read_options_file
 from dbwrap_py.options import REDACTED, Options, password_of, read_secret_file, shown_options
 from dbwrap_py.proxy.client import ProxyClient
@@ -124,7 +124,7 @@ def test_password_in_proxy_daemon_log_on_reopen_with_other_options_is_redacted(a
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o602])
 def test_world_or_group_readable_password_file_is_refused(tmp_path, mode):
     path = secret_file(tmp_path, mode)
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(UnsafePath) as refused:
         read_secret_file(path)
     message = str(refused.value)
     assert str(path) in message and f"{mode:04o}" in message, message
@@ -136,7 +136,7 @@ def test_password_file_of_another_user_is_refused(tmp_path):
         pytest.skip("needs root to give the file away")
     path = secret_file(tmp_path)
     os.chown(path, OTHER_UID, -1)
-    with pytest.raises(ConfigError, match=f"owned by uid {OTHER_UID}") as refused:
+    with pytest.raises(UnsafePath, match=f"owned by uid {OTHER_UID}") as refused:
         read_secret_file(path)
     assert str(path) in str(refused.value)
 
@@ -144,9 +144,15 @@ def test_password_file_of_another_user_is_refused(tmp_path):
 def test_password_file_through_a_link_is_refused(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(secret_file(tmp_path))
-    with pytest.raises(ConfigError, match="cannot read") as refused:
+    with pytest.raises(UnsafePath, match="symbolic link") as refused:
         read_secret_file(link)
     assert str(link) in str(refused.value)
+
+
+def test_missing_password_file_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read") as refused:
+        read_secret_file(tmp_path / "missing")
+    assert str(tmp_path / "missing") in str(refused.value)
 
 
 def test_password_file_is_read_with_its_newline_stripped(tmp_path):
@@ -179,7 +185,7 @@ def test_etcd_logs_in_with_password_file(auth_etcd, tmp_path):
     assert db.fetch(b"k") == b"v"
     db.close()
     path.chmod(0o644)
-    with pytest.raises(ConfigError, match="0644"):
+    with pytest.raises(UnsafePath, match="0644"):
         open_etcd(auth_etcd.endpoints, str(tmp_path / "f.tdb"), user="smbd", password_file=str(path),
                   allow_plaintext="yes")
 
@@ -224,10 +230,11 @@ def test_password_on_node_agent_argv_is_refused(tmp_path, capsys):
     assert SECRET not in err
 
 
-@pytest.mark.parametrize(("mode", "why"), [(0o620, "writable"), (0o602, "writable"), (0o644, "readable")])
+@pytest.mark.parametrize(("mode", "why"), [(0o620, "group may write"), (0o602, "others may write"),
+                                          (0o644, "readable")])
 def test_node_agent_options_file_open_to_others_is_refused(tmp_path, mode, why):
     path = secret_file(tmp_path, mode, text=f"endpoints=127.0.0.1:1\npassword={SECRET}\n")
-    with pytest.raises(ConfigError, match=why) as refused:
+    with pytest.raises(UnsafePath, match=why) as refused:
         read_options_file(path)
     assert str(path) in str(refused.value) and f"{mode:04o}" in str(refused.value)
     assert SECRET not in str(refused.value)

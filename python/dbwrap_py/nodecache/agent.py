@@ -27,7 +27,6 @@ import queue
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -38,14 +37,14 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 
-from dbwrap_py.errors import ConfigError, DbwrapError
+from dbwrap_py.errors import ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options, is_secret
-from dbwrap_py.safe_files import open_file, temp_file
+from dbwrap_py.safe_files import open_file, read_private_file, temp_file
 from dbwrap_py.servers import ServerError, dying_with_parent
 
 DEFAULT_TTL = 10
@@ -431,30 +430,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_options_file(path: str | Path) -> list[str]:
     """The ``K=V`` lines of ``path`` (blank lines and ``#`` comments
-    skipped). Refused, naming the file and its mode, when it is a link,
-    not owned by root or the effective uid, writable by group or others,
-    or readable by them while it holds a secret."""
+    skipped). Refused (UnsafePath), naming the file and its mode, as
+    safe_files.read_private_file refuses a file that group or others may
+    write, and when they may read it while it holds a secret."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data, mode = read_private_file(path, "--options-file", refused_bits=0o022)
     except OSError as exc:
         raise ConfigError(f"--options-file {str(path)!r}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        text = file.read().decode("utf-8")
-    mode = stat.S_IMODE(info.st_mode)
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"--options-file {str(path)!r} is not a regular file")
-    if info.st_uid not in (0, os.geteuid()):
-        raise ConfigError(f"--options-file {str(path)!r} is owned by uid {info.st_uid}, not by root "
-                          f"or uid {os.geteuid()}: refused")
-    if mode & 0o022:
-        raise ConfigError(f"--options-file {str(path)!r} has mode {mode:04o}: writable by group or "
-                          "others; refused")
+    text = data.decode("utf-8")
     pairs = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
     secret = [p.partition("=")[0].strip() for p in pairs if is_secret(p.partition("=")[0])]
     if secret and mode & 0o044:
-        raise ConfigError(f"--options-file {str(path)!r} has mode {mode:04o} and holds {', '.join(secret)}: "
-                          "readable by group or others; refused (chmod 0600)")
+        raise UnsafePath(f"--options-file {str(path)!r} has mode {mode:04o} and holds {', '.join(secret)}: "
+                         "readable by group or others; refused (chmod 0600)")
     return pairs
 
 

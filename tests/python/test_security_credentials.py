@@ -25,7 +25,7 @@ from test_etcd import open_etcd, put
 from dbwrap_py.adapters import _cassandra_client as cc
 from dbwrap_py.adapters._etcd_client import _Config as EtcdConfig
 from dbwrap_py.adapters._etcd_server import EtcdCluster, EtcdTls
-from dbwrap_py.errors import AccessDenied, ConfigError, UnsafePath
+from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.nodecache.agent import OPTIONS_FILE, NodeAgentProcess, main as agent_main, read_options_file
 from dbwrap_py.options import REDACTED, Options, password_of, read_secret_file, shown_options
 from dbwrap_py.proxy.client import ProxyClient
@@ -333,3 +333,47 @@ def test_cassandra_server_certificate_for_another_name_is_refused(tmp_path):
         assert listener.handshakes > 0, "with the check off the handshake went through"
     finally:
         listener.close()
+
+
+@pytest.mark.server
+@pytest.mark.xdist_group("cassandra")  # a JVM: with the other Cassandra tests, one at a time
+def test_cassandra_tls_checks_the_host_name_and_carries_the_password(tmp_path):
+    """Real Cassandras taking CQL over TLS only, with password auth on.
+    Its certificate for 127.0.0.1 (an IP SAN: the driver connects to
+    addresses, resolving names first): the adapter logs in with a
+    password_file over TLS, no allow_plaintext needed. A certificate from
+    the same CA for another address (a server posing as this one): refused
+    on the name; tls_check_hostname = no keeps the CA check alone, which
+    lets it through."""
+    from dbwrap_py.adapters._cassandra_server import CassandraCluster, CassandraTls
+    from dbwrap_py.database import open_database
+
+    pki = make_pki(tmp_path / "pki")
+    elsewhere = issue(pki.ca, tmp_path / "pki", "elsewhere", server=True, ips=("127.0.0.9",))
+
+    def opened(reach: dict[str, str], name: str, **extra: str) -> Any:
+        password = secret_file(tmp_path, text=reach["password"] + "\n", name="cassandra-password")
+        options = {**{k: v for k, v in reach.items() if k != "password"}, "password_file": str(password),
+                   "op_timeout": "10", **extra}
+        return open_database(str(tmp_path / name), 0, 0, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "cassandra",
+                             [f"{k}={v}" for k, v in options.items()])
+
+    right = CassandraTls(ca=pki.ca.cert, cert=pki.server.cert, key=pki.server.key)
+    with CassandraCluster(nodes=1, auth="password", tls=right) as cluster:
+        reach = cluster.options()
+        assert "allow_plaintext" not in reach and reach["tls_ca"] == str(pki.ca.cert)
+        db = opened(reach, "a.tdb")
+        put(db, b"k", b"over TLS")
+        assert db.fetch(b"k") == b"over TLS"
+        db.close()
+
+    wrong = CassandraTls(ca=pki.ca.cert, cert=elsewhere.cert, key=elsewhere.key)
+    with CassandraCluster(nodes=1, auth="password", tls=wrong) as cluster:
+        reach = cluster.options()
+        with pytest.raises(DbwrapError) as refused:
+            opened(reach, "b.tdb").fetch(b"k")
+        assert "127.0.0.1" in str(refused.value) and "mismatch" in str(refused.value), refused.value
+        unchecked = opened(reach, "c.tdb", tls_check_hostname="no")
+        put(unchecked, b"k", b"CA check only")
+        assert unchecked.fetch(b"k") == b"CA check only"
+        unchecked.close()

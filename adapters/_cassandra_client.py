@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, InvalidParameter, Timeout, Unavailable
-from dbwrap_py.options import Options
+from dbwrap_py.options import PASSWORD_OPTIONS, Options, password_of
 
 #: Cassandra's native protocol port
 DEFAULT_PORT = 9042
@@ -47,7 +47,7 @@ CONSISTENCIES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", 
                  "LOCAL_ONE")
 SERIAL_CONSISTENCIES = ("SERIAL", "LOCAL_SERIAL")
 OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency", "serial_consistency",
-                "user", "password", "tls_ca", "tls_cert", "tls_key", "dialect")
+                "user", *PASSWORD_OPTIONS, "tls_ca", "tls_cert", "tls_key", "tls_check_hostname", "dialect")
 #: cassandra: cassandra-driver; scylla: scylla-driver (shard-aware), ScyllaDB's LWT rules when the server is one
 DIALECTS = ("cassandra", "scylla")
 
@@ -104,11 +104,12 @@ class ClientConfig:
         if dialect == "scylla" and not scylla_driver():
             raise ConfigError("dialect = scylla needs scylla-driver, which cannot share a venv with "
                               "cassandra-driver: use .venv-scylla (make venv-scylla)")
-        user, password = options.get_str("user", ""), options.get_str("password", "")
+        tls = _tls_context(options)
+        user, password = options.get_str("user", ""), password_of(options, tls=tls is not None)
         if bool(user) != bool(password):
-            raise ConfigError("give user and password together")
+            raise ConfigError("give user and password (or password_file) together")
         return cls(tuple(points), keyspace, options.get_int("replication_factor", 1, minimum=1),
-                   consistency, serial, op_timeout, dialect, user, password, _tls_context(options))
+                   consistency, serial, op_timeout, dialect, user, password, tls)
 
 
 def scylla_driver() -> bool:
@@ -128,7 +129,9 @@ def _tls_context(options: Options) -> ssl.SSLContext | None:
             context.load_cert_chain(cert, key or None)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"TLS: {exc}") from exc
-    context.check_hostname = False  # contact points are addresses; the CA check stays
+    # the server's certificate must name the contact point (an address needs
+    # an IP SAN); tls_check_hostname = no keeps only the CA check
+    context.check_hostname = options.get_bool("tls_check_hostname", True)
     return context
 
 

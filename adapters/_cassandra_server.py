@@ -55,12 +55,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import os
 import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -79,6 +81,20 @@ PAXOS_VARIANTS = ("v1", "v2")
 AUTH_MODES = ("none", "password")
 #: the default superuser PasswordAuthenticator creates
 SUPERUSER = ("cassandra", "cassandra")
+#: the password of the PKCS12 keystore a TLS node is given its certificate in (a throwaway's)
+KEYSTORE_PASSWORD = "throwaway"
+
+
+@dataclasses.dataclass(frozen=True)
+class CassandraTls:
+    """Client TLS for a throwaway cluster: PEM files, such as
+    ``dbwrap_py.servers.tls.make_pki`` makes. ``cert`` must name the nodes'
+    addresses in IP SANs (127.0.0.1 for one node): the adapter checks the
+    host name. ``ca`` is what the options hand the adapter (tls_ca)."""
+
+    ca: Path
+    cert: Path
+    key: Path
 #: seconds Maven may take for the first download (6 s here with an empty
 #: ~/.m2; 74-106 s measured on a slower link)
 DOWNLOAD_TIMEOUT = 900.0
@@ -312,6 +328,27 @@ paxos_variant: {paxos_variant}
 """
 
 
+def _client_tls(node: "_Node", tls: CassandraTls) -> str:
+    """cassandra.yaml's client_encryption_options: the certificate and key
+    put in a PKCS12 keystore (openssl) in the node's conf directory."""
+    keystore = node.conf / "keystore.p12"
+    openssl = _binary("openssl", "openssl")
+    made = subprocess.run([openssl, "pkcs12", "-export", "-in", str(tls.cert), "-inkey", str(tls.key),
+                           "-out", str(keystore), "-passout", f"pass:{KEYSTORE_PASSWORD}", "-name", "node"],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise CassandraError(f"openssl pkcs12 failed: {made.stderr.strip()}")
+    return f"""\
+client_encryption_options:
+  enabled: true
+  optional: false
+  keystore: {keystore}
+  keystore_password: {KEYSTORE_PASSWORD}
+  store_type: PKCS12
+  require_client_auth: false
+"""
+
+
 def _bindable(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Cassandra's netty binds
@@ -381,7 +418,7 @@ class CassandraCluster:
     temporary directory of its own."""
 
     def __init__(self, nodes: int = 1, *, paxos_variant: str = "v2", auth: str = "none",
-                 start_timeout: float = 120.0) -> None:
+                 tls: CassandraTls | None = None, start_timeout: float = 120.0) -> None:
         if not 1 <= nodes <= len(HOSTS):
             raise ValueError(f"a throwaway Cassandra has 1 to {len(HOSTS)} nodes, not {nodes}")
         if paxos_variant not in PAXOS_VARIANTS:
@@ -391,6 +428,8 @@ class CassandraCluster:
         self.nodes = nodes
         self.paxos_variant = paxos_variant
         self.auth = auth
+        #: client connections take TLS only (no plain CQL port)
+        self.tls = tls
         #: seconds each node may take to be ready (a first download of the jars comes on top)
         self.start_timeout = start_timeout
         self.storage_port = 0
@@ -447,8 +486,12 @@ class CassandraCluster:
     def options(self) -> dict[str, str]:
         """The cassandra adapter's options that reach this cluster."""
         options = {"contact_points": self.contact_points, "replication_factor": str(self.nodes)}
+        if self.tls is not None:
+            options["tls_ca"] = str(self.tls.ca)
         if self.auth == "password":
             options.update(user=SUPERUSER[0], password=SUPERUSER[1])
+            if self.tls is None:  # a throwaway on this host's addresses
+                options["allow_plaintext"] = "yes"
         return options
 
     def host(self, index: int) -> str:
@@ -545,7 +588,8 @@ class CassandraCluster:
             for sub in ("conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs", "tmp"):
                 (node.root / sub).mkdir()
             (node.conf / "cassandra.yaml").write_text(
-                _yaml(node, name, self.nodes, self.storage_port, self.native_port, self.paxos_variant, self.auth))
+                _yaml(node, name, self.nodes, self.storage_port, self.native_port, self.paxos_variant, self.auth)
+                + (_client_tls(node, self.tls) if self.tls is not None else ""))
             (node.conf / "logback.xml").write_text(_LOGBACK.format(log=node.system_log))
             (node.conf / "jvm.options").write_text(_jvm_options(self.nodes, self.auth))
         # one at a time: the seed first, then each node joins a ring that has settled
@@ -690,8 +734,12 @@ class CassandraCluster:
         profile = driver.ExecutionProfile(load_balancing_policy=driver.WhiteListRoundRobinPolicy([node.host]),
                                           retry_policy=driver.FallthroughRetryPolicy(), request_timeout=5.0)
         auth = driver.PlainTextAuthProvider(*SUPERUSER) if self.auth == "password" else None
+        tls = None
+        if self.tls is not None:  # readiness only: the host name is the adapter's to check (tests
+            tls = ssl.create_default_context(cafile=str(self.tls.ca))  # give a wrong one on purpose)
+            tls.check_hostname = False
         cluster = driver.Cluster([node.host], port=self.native_port, protocol_version=5,
-                                 execution_profiles={driver.EXEC_PROFILE_DEFAULT: profile},
+                                 execution_profiles={driver.EXEC_PROFILE_DEFAULT: profile}, ssl_context=tls,
                                  auth_provider=auth, connect_timeout=2.0, control_connection_timeout=2.0,
                                  schema_metadata_enabled=False, token_metadata_enabled=False)
         try:

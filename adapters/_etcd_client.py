@@ -37,7 +37,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
-from dbwrap_py.options import Options
+from dbwrap_py.options import Options, password_of
 
 DEFAULT_LEASE_TTL = 10
 DEFAULT_OP_TIMEOUT = 10.0
@@ -100,7 +100,7 @@ class _Config:
     cert_file: str | None
     key_file: str | None
     user: str | None
-    password: str | None
+    password: str | None = dataclasses.field(repr=False)
 
     @classmethod
     def from_options(cls, options: Options) -> "_Config":
@@ -108,19 +108,19 @@ class _Config:
         cert_file = options.get_str("cert_file", "") or None
         key_file = options.get_str("key_file", "") or None
         user = options.get_str("user", "") or None
-        password = options.get_str("password", "") or None
         for name, path in (("ca_file", ca_file), ("cert_file", cert_file), ("key_file", key_file)):
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"option {name}={path!r}: no such file")
         if (cert_file is None) != (key_file is None):
             raise ConfigError("options cert_file and key_file go together")
-        if (user is None) != (password is None):
-            raise ConfigError("options user and password go together")
         tls_default = ca_file is not None or cert_file is not None
         raw = options.get_list("endpoints", [])
         if not raw:
             raise ConfigError("option endpoints is required (host:port[,host:port...])")
         endpoints = tuple(_parse_endpoint(item, tls_default) for item in raw)
+        password = password_of(options, tls=all(e.tls for e in endpoints)) or None
+        if (user is None) != (password is None):
+            raise ConfigError("options user and password (or password_file) go together")
         return cls(
             endpoints=endpoints,
             lease_ttl=options.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1),

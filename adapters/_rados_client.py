@@ -36,6 +36,7 @@ import rados
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.options import shown_value
 
 #: bytes that stay themselves in an encoded key: printable ASCII but '%'
 _SAFE = bytes(c for c in range(0x21, 0x7F) if c != ord("%"))
@@ -189,6 +190,10 @@ class ClientConfig:
     settings: tuple[tuple[str, str], ...]
     user: str
     pool: str
+
+    def __repr__(self) -> str:  # settings hold the cephx key: never printed
+        shown = tuple((name, shown_value(name, value)) for name, value in self.settings)
+        return f"ClientConfig(settings={shown!r}, user={self.user!r}, pool={self.pool!r})"
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], op_timeout: float) -> "ClientConfig":

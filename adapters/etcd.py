@@ -90,7 +90,7 @@ from dbwrap_py.errors import (
     Unavailable,
 )
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.options import Options
+from dbwrap_py.options import PASSWORD_OPTIONS, Options
 
 DEFAULT_PREFIX = "dbwrap_py"
 DEFAULT_PAGE_SIZE = 500
@@ -136,7 +136,7 @@ class EtcdAdapter(Adapter):
         "cert_file",
         "key_file",
         "user",
-        "password",
+        *PASSWORD_OPTIONS,
     )
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:

@@ -45,6 +45,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
+from dbwrap_py.options import shown_value
 from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options, serve_until_stopped
 
@@ -384,7 +385,8 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     serve_until_stopped(
         server,
-        lambda reach: f"{args.adapter}: running; use:\n  " + " ".join(f"-o {k}={v}" for k, v in {**options, **reach}.items()),
+        lambda reach: f"{args.adapter}: running; use:\n  " + " ".join(
+            f"-o {k}={v}" for k, v in {**{k: shown_value(k, v) for k, v in options.items()}, **reach}.items()),
     )
     return 0
 
@@ -468,7 +470,7 @@ def _cmd_bench_ca(args: argparse.Namespace) -> int:
         for adapter, options in configurations:
             reach = stack.enter_context(backend_options(adapter, options))
             label = ",".join([f"bridge+{display_name(adapter, options)}",
-                              *(f"{k}={v}" for k, v in options.items())])
+                              *(f"{k}={shown_value(k, v)}" for k, v in options.items())])
             backends.append((label, smbtorture.setup_for("bridge", adapter, reach, persistent_handles=True)))
         print(f"open+close with a persistent handle asked for, {args.time:g}s per point; "
               "the CA share against a plain one", flush=True)

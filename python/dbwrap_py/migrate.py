@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError, NotFound
+from dbwrap_py.options import shown_options
 
 #: the databases smbd opens with TDB_CLEAR_IF_FIRST and wipes at start: nothing to carry over
 VOLATILE_NAMES = frozenset({
@@ -68,7 +69,7 @@ class Endpoint:
         return open_database(name, 0, 0, flags, 0o600, 0, 0, self.adapter, list(self.options))
 
     def __str__(self) -> str:
-        return " ".join([self.adapter, *(f"-o {o}" for o in self.options)])
+        return " ".join([self.adapter, *(f"-o {shown_options([o])}" for o in self.options)])
 
 
 @dataclass

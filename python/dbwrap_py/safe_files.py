@@ -29,7 +29,11 @@ one place it is kept:
   so a directory others may write is still unsafe: ``check_directory``;
 * ``check_directory``: a directory root keeps such files in must be
   root's, or this process's effective user's, and writable by its owner
-  only.
+  only;
+* ``read_private_file``: a file root reads a secret or its options from
+  (a password_file, the node agent's --options-file): not through a link,
+  a regular file of root's (or the effective user's), and none of the mode
+  bits the caller refuses (group and others may not read a password).
 
 Every refusal is ``UnsafePath`` (NT_STATUS_ACCESS_DENIED), naming the path
 and what is wrong with it.
@@ -153,3 +157,41 @@ def check_directory(path: str | os.PathLike[str], what: str) -> None:
     if writable:
         raise UnsafePath(f"{what} {os.fspath(path)} is writable by {' and '.join(writable)} "
                          f"(mode {stat.S_IMODE(st.st_mode):04o}): refused (chmod go-w it)")
+
+
+def read_private_file(path: str | os.PathLike[str], what: str, refused_bits: int) -> tuple[bytes, int]:
+    """The bytes of ``path`` (``what`` it is, for the message) and its mode
+    bits. UnsafePath, naming it and its mode, when it is a symbolic link,
+    not a regular file, not owned by root or this process's effective
+    user, or has any of ``refused_bits`` (e.g. 0o077: group or others may
+    read or write it); an OSError (missing, unreadable) as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise _link_refused(path) from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"{what} {os.fspath(path)} is not a regular file")
+        euid = os.geteuid()
+        if st.st_uid not in (0, euid):
+            owners = "root" if euid == 0 else f"root or this process's effective uid {euid}"
+            raise UnsafePath(f"{what} {os.fspath(path)} is owned by uid {st.st_uid}, not by {owners}: "
+                             "refused (chown it to root)")
+        if mode & refused_bits:
+            who = [name for name, bits in (("group", 0o070), ("others", 0o007)) if mode & refused_bits & bits]
+            raise UnsafePath(f"{what} {os.fspath(path)} has mode {mode:04o}: {' and '.join(who)} may "
+                             f"{_access(mode & refused_bits)} it; refused (chmod go-{_letters(refused_bits)} it)")
+        return file.read(), mode
+
+
+def _letters(bits: int) -> str:
+    return "".join(letter for letter, mask in (("r", 0o044), ("w", 0o022), ("x", 0o011)) if bits & mask)
+
+
+def _access(bits: int) -> str:
+    kinds = [kind for kind, mask in (("read", 0o044), ("write", 0o022), ("execute", 0o011)) if bits & mask]
+    return " and ".join(kinds)

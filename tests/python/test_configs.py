@@ -47,4 +47,4 @@ def test_the_node_agent_unit_starts_a_valid_agent_command():
     argv = shlex.split(exec_start.removeprefix("ExecStart="))
     assert argv[0].endswith("/dbwrap-py") and argv[1] == "node-agent"
     args = build_parser().parse_args(argv[2:])
-    assert args.adapter in adapter_names() and args.cache_dir and args.option
+    assert args.adapter in adapter_names() and args.cache_dir and (args.option or args.options_file)

@@ -85,8 +85,10 @@ def client_cert(pki: Pki) -> dict[str, Any]:
     return {"cert_file": pki.client.cert, "key_file": pki.client.key}
 
 
-def smbd_login(password: str = SMBD_PASSWORD) -> dict[str, Any]:
-    return {"user": "smbd", "password": password}
+def smbd_login(password: str = SMBD_PASSWORD, plaintext: bool = True) -> dict[str, Any]:
+    """smbd's login; over plain http (auth_etcd, on 127.0.0.1) allow_plaintext
+    must say so, or the adapter refuses to send the password."""
+    return {"user": "smbd", "password": password, **({"allow_plaintext": "yes"} if plaintext else {})}
 
 
 def round_trip(db: Database) -> None:
@@ -187,17 +189,17 @@ def test_tls_client_cert_and_password_together(pki, tmp_path, name):
     with EtcdCluster(tls=tls) as cluster:
         cluster.enable_auth(ROOT_PASSWORD)
         cluster.add_user("smbd", SMBD_PASSWORD, key_prefix="dbwrap_py/")
-        db = open_etcd(cluster.endpoints, name, ca_file=pki.ca.cert, **client_cert(pki), **smbd_login())
+        db = open_etcd(cluster.endpoints, name, ca_file=pki.ca.cert, **client_cert(pki), **smbd_login(plaintext=False))
         round_trip(db)
         assert stored_keys(cluster, db) == {b"a", b"c"}
         db.close()
-        db = open_etcd(cluster.endpoints, name, ca_file=pki.ca.cert, **client_cert(pki), **smbd_login("wrong"))
+        db = open_etcd(cluster.endpoints, name, ca_file=pki.ca.cert, **client_cert(pki), **smbd_login("wrong", plaintext=False))
         refused_at_once(AccessDenied, lambda: db.fetch(b"a"))
         db.close()
         # etcd 3.4's gateway, with auth on, refuses a client certificate with a CommonName
         named = issue(pki.ca, tmp_path, "named", server=False, common_name="smbd")
         db = open_etcd(cluster.endpoints, name, ca_file=pki.ca.cert, cert_file=named.cert, key_file=named.key,
-                       **smbd_login())
+                       **smbd_login(plaintext=False))
         message = refused_at_once(AccessDenied, lambda: db.fetch(b"a"))
         assert "CommonName" in message, message
         db.close()
@@ -215,7 +217,8 @@ def test_password_auth(auth_etcd, name):
     assert db.fetch(b"t") == b"in a transaction"
     assert stored_keys(auth_etcd, db) == {b"a", b"c", b"t"}
     db.close()
-    root = open_etcd(auth_etcd.endpoints, name, user="root", password=ROOT_PASSWORD)
+    root = open_etcd(auth_etcd.endpoints, name, user="root", password=ROOT_PASSWORD,
+                   allow_plaintext="yes")
     assert root.fetch(b"a") == b"one"
     root.close()
 
@@ -279,7 +282,8 @@ def test_login_without_quorum_is_a_timeout_not_access_denied(tmp_path):
         cluster.stop_member(1)
         cluster.stop_member(2)
         db = open_etcd(cluster.member_endpoint(0), str(tmp_path / "q.tdb"),
-                       op_timeout="8", user="root", password=ROOT_PASSWORD)
+                       op_timeout="8", user="root", password=ROOT_PASSWORD,
+                   allow_plaintext="yes")
         start = time.monotonic()
         with pytest.raises((Timeout, Unavailable)):
             db.fetch(b"k")

@@ -43,7 +43,7 @@ from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterError, Clu
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.nodecache.adapter import node_cache_mode, supports_node_cache
 from dbwrap_py.nodecache.cache import WRITE_BACK
-from dbwrap_py.options import Options
+from dbwrap_py.options import Options, shown_value
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SambaError
 from dbwrap_py.servers import ServerError
@@ -103,7 +103,7 @@ class Configuration:
     def describe(self) -> dict:
         if self.adapter is None:
             return {"label": self.label, "volatile databases": "ctdb", "node_local": list(self.node_local)}
-        return {"label": self.label, "adapter": self.adapter, "options": dict(self.options),
+        return {"label": self.label, "adapter": self.adapter, "options": {k: shown_value(k, v) for k, v in self.options.items()},
                 "databases": list(LOCKING_DATABASES), "node_local": list(self.node_local)}
 
 

@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from dbwrap_py.options import shown_value
+
 #: bench_bridge's backends, in its order
 BACKENDS = ("native-tdb", "bridge+tdb", "bridge+tdb-py", "bridge+memory")
 #: row label -> the function whose inclusive cost is counted
@@ -90,7 +92,7 @@ def measure(binary: Path, backends: Sequence[str] = BACKENDS, iterations: int = 
         with backend_options(adapter, options) as reach:
             env = {"DBWRAP_PY_BENCH_ADAPTER": adapter,
                    "DBWRAP_PY_BENCH_OPTIONS": ",".join(f"{k}={v}" for k, v in reach.items())}
-            label = f"bridge+{adapter}" + "".join(f" {k}={v}" for k, v in options.items())
+            label = f"bridge+{adapter}" + "".join(f" {k}={shown_value(k, v)}" for k, v in options.items())
             results[label] = count(binary, "bridge+extra", iterations, env)
     return results
 

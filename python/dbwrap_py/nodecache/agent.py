@@ -33,21 +33,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 
-from dbwrap_py.errors import DbwrapError
+from dbwrap_py.errors import ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
-from dbwrap_py.options import Options
-from dbwrap_py.safe_files import open_file
+from dbwrap_py.options import Options, is_secret
+from dbwrap_py.safe_files import open_file, read_private_file, temp_file
 from dbwrap_py.servers import ServerError, dying_with_parent
 
 DEFAULT_TTL = 10
+#: the file NodeAgentProcess gives its agent the options in (--options-file)
+OPTIONS_FILE = "agent.options"
 #: how often the records the node's processes deleted are handed back, and
 #: how many that need a round trip in one go: requests wait at most for one
 #: slice (records only this node had go without one, all of them)
@@ -338,7 +340,7 @@ class NodeAgentProcess:
         argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
                 "--cache-dir", str(self.cache_dir), "--node", self.node,
                 *([f"--ttl={self.ttl:g}"] if self.ttl else []),
-                *[f"-o{k}={v}" for k, v in self.options.items()]]
+                "--options-file", str(self._write_options_file())]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)
@@ -358,6 +360,21 @@ class NodeAgentProcess:
                 time.sleep(0.02)
         finally:
             state.close()
+
+    def _write_options_file(self) -> Path:
+        """The options in ``agent.options`` (0600) in the cache directory:
+        never on the agent's argv, which /proc shows every user."""
+        fd, temp = temp_file(self.cache_dir, ".agent.options.", 0o600)
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write("".join(f"{k}={v}\n" for k, v in self.options.items()))
+            path = self.cache_dir / OPTIONS_FILE
+            os.replace(temp, path)  # a link there is replaced, not followed
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        return path
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """SIGTERM drains (hands back everything the node owns); SIGKILL is a crash."""
@@ -403,8 +420,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL,
                         help="seconds the node lease lasts without a keepalive")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
-                        help="adapter option, as smb.conf gives it (endpoints, TLS, ...)")
+                        help="adapter option, as smb.conf gives it (endpoints, TLS, ...); no secrets: "
+                             "argv is public (/proc/PID/cmdline), use --options-file")
+    parser.add_argument("--options-file", metavar="FILE",
+                        help="adapter options, one K=V a line (# comments); mode 0600 if it holds a "
+                             "password; -o options come after its")
     return parser
+
+
+def read_options_file(path: str | Path) -> list[str]:
+    """The ``K=V`` lines of ``path`` (blank lines and ``#`` comments
+    skipped). Refused (UnsafePath), naming the file and its mode, as
+    safe_files.read_private_file refuses a file that group or others may
+    write, and when they may read it while it holds a secret."""
+    try:
+        data, mode = read_private_file(path, "--options-file", refused_bits=0o022)
+    except OSError as exc:
+        raise ConfigError(f"--options-file {str(path)!r}: {exc.strerror}") from None
+    text = data.decode("utf-8")
+    pairs = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    secret = [p.partition("=")[0].strip() for p in pairs if is_secret(p.partition("=")[0])]
+    if secret and mode & 0o044:
+        raise UnsafePath(f"--options-file {str(path)!r} has mode {mode:04o} and holds {', '.join(secret)}: "
+                         "readable by group or others; refused (chmod 0600)")
+    return pairs
+
+
+def refuse_secrets_on_argv(pairs: Sequence[str]) -> None:
+    """A secret given with -o is on the process's public argv: refused."""
+    secret = sorted({p.partition("=")[0].strip().lower() for p in pairs if is_secret(p.partition("=")[0])})
+    if secret:
+        raise ConfigError(f"-o {', '.join(secret)}: a secret on the command line is public "
+                          "(/proc/PID/cmdline); put it in --options-file FILE (mode 0600), or use "
+                          "password_file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,7 +465,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cls = find_adapter(args.adapter)
         if not supports_node_cache(cls):
             raise ServerError(f"adapter {args.adapter!r} has no node cache (no node_store)")
-        options = Options.parse(args.option)
+        refuse_secrets_on_argv(args.option)
+        from_file = read_options_file(args.options_file) if args.options_file else []
+        options = Options.parse([*from_file, *args.option])
         agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)
         agent.start()
     except (DbwrapError, OSError, ServerError) as exc:

@@ -30,6 +30,7 @@ from typing import TypeVar
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.proxy.locks import Callback, Outcome, RecordLocks
 from dbwrap_py.proxy.loop_tasks import LoopTasks
+from dbwrap_py.options import shown_options
 from dbwrap_py.proxy.log import log
 
 T = TypeVar("T")
@@ -158,8 +159,8 @@ class DatabaseTable:
                     shared.refs += 1
             if shared is not None:
                 if tuple(options) != shared.options:
-                    log(f"{name}: opened again with other options ({' '.join(options) or 'none'}): "
-                        f"it keeps those of its first open ({' '.join(shared.options) or 'none'}) "
+                    log(f"{name}: opened again with other options ({shown_options(options)}): "
+                        f"it keeps those of its first open ({shown_options(shared.options)}) "
                         "until its last handle closes")
                 return shared
             # outside the dict's mutex: an adapter's open may take a network round trip

@@ -15,7 +15,7 @@
   dbwrap-py cassandra [--nodes 1|3] [--paxos-variant v1|v2] [--auth none|password]
                                            a throwaway Cassandra for the cassandra adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
-  dbwrap-py proxy-daemon --socket PATH [--group G]     proxy mode's node daemon, until SIGTERM
+  dbwrap-py proxy-daemon --socket PATH [--config F [--group G]]  proxy mode's node daemon, until SIGTERM
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails

@@ -444,13 +444,16 @@ def test_each_kind_of_malformed_request_closes_the_connection(daemon, name, garb
         assert good.open(name, "memory")
 
 
-def test_group_makes_the_socket_0660_of_that_group():
+def test_group_makes_the_socket_0660_of_that_group(tmp_path):
     group = grp.getgrgid(os.getgid()).gr_name
-    with ProxyDaemonProcess(group=group) as own:
+    config = tmp_path / "daemon.conf"  # --group needs one (test_security_daemon.py)
+    config.write_text(f"[daemon]\ndirectories = {tmp_path}\n\n[database *]\nadapter = memory\n")
+    config.chmod(0o600)
+    with ProxyDaemonProcess(group=group, config=config) as own:
         found = os.stat(own.socket_path)
         assert (found.st_mode & 0o777, found.st_gid) == (0o660, os.getgid())
         with connect(own) as client:
-            client.open("x", "memory")
+            client.open(str(tmp_path / "x"), "memory")
 
 
 def test_daemon_killed_then_restarted():

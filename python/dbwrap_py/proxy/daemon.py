@@ -1,6 +1,6 @@
 """The proxy daemon: one per node, holding the adapters for smbd's processes.
 
-    dbwrap-py proxy-daemon --socket PATH [--group NAME]
+    dbwrap-py proxy-daemon --socket PATH [--config FILE [--group NAME]]
 
 One thread does it all: the socket I/O with ``selectors`` (accept, read
 frames, write replies) and, between two selects, the requests and their
@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.log import log, log_request_counts
+from dbwrap_py.errors import DbwrapError
 from dbwrap_py.proxy.loop_tasks import LoopTasks
+from dbwrap_py.proxy.policy import DaemonConfig
 from dbwrap_py.proxy.process import ProxyDaemonProcess
 from dbwrap_py.proxy.session import Session
 from dbwrap_py.proxy.shared import DatabaseTable
@@ -95,9 +97,15 @@ def _groups_of(pid: int) -> set[int]:
 class ProxyDaemon:
     """The server: ``bind()``, then ``serve()`` until ``stop()``."""
 
-    def __init__(self, socket_path: str, group: str | None = None) -> None:
+    def __init__(self, socket_path: str, group: str | None = None,
+                 config: DaemonConfig | None = None) -> None:
+        if group is not None and config is None:
+            raise ValueError(f"--group {group} lets that group's members open databases through the "
+                             "daemon as root: give --config FILE, naming the directories and adapters "
+                             "they may use (docs/proxy-mode.md, \"Who may open what\")")
         self.socket_path = socket_path
         self.gid = grp.getgrnam(group).gr_gid if group is not None else None
+        self.config = config
         self._selector = selectors.DefaultSelector()
         self._replies: queue.SimpleQueue[tuple[_Connection, bytes | None, bool]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -227,7 +235,8 @@ class ProxyDaemon:
         sock.setblocking(False)
         connection = _Connection(sock, None)  # type: ignore[arg-type]
         connection.session = Session(self.table, self._tasks.post,
-                                     lambda message, hang_up: self._reply(connection, message, hang_up))
+                                     lambda message, hang_up: self._reply(connection, message, hang_up),
+                                     self.config)
         connection.session.peer_pid = pid
         self._connections.add(connection)
         self._selector.register(sock, selectors.EVENT_READ, connection)
@@ -353,16 +362,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="the proxy mode's node daemon: "
                                                  "adapters for smbd's processes")
     parser.add_argument("--socket", required=True, help="the unix socket smbd's processes connect to")
-    parser.add_argument("--group", help="a group whose members may connect too (socket mode 0660)")
+    parser.add_argument("--group", help="a group whose members may connect too (socket mode 0660; "
+                                        "needs --config)")
+    parser.add_argument("--config", help="the root-owned file naming the directories, adapters and "
+                                         "options peers may open (docs/proxy-mode.md)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        daemon = ProxyDaemon(args.socket, args.group)
+        config = DaemonConfig.load(args.config) if args.config is not None else None
+        daemon = ProxyDaemon(args.socket, args.group, config)
         daemon.bind()
-    except (KeyError, OSError) as exc:  # KeyError: no such group
+    except (KeyError, OSError, ValueError, DbwrapError) as exc:  # KeyError: no such group
         print(f"dbwrap-py proxy-daemon: {exc}", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop())

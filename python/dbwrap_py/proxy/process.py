@@ -24,10 +24,13 @@ class ProxyDaemonProcess:
     ``start()`` restarts it on the same path.
     """
 
-    def __init__(self, socket_path: str | Path | None = None, group: str | None = None) -> None:
+    def __init__(self, socket_path: str | Path | None = None, group: str | None = None,
+                 config: str | Path | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-"))
         self.socket_path = str(socket_path or self.dir / "proxy.sock")
         self.group = group
+        #: the daemon's --config (policy.py); None: root's own daemon, no --group
+        self.config = str(config) if config is not None else None
         self.log = self.dir / "daemon.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -50,7 +53,8 @@ class ProxyDaemonProcess:
 
     def start(self, timeout: float = 15.0) -> None:
         argv = [sys.executable, "-m", "dbwrap_py.proxy.daemon", "--socket", self.socket_path,
-                *(["--group", self.group] if self.group else [])]
+                *(["--group", self.group] if self.group else []),
+                *(["--config", self.config] if self.config else [])]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)

@@ -24,6 +24,7 @@ from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.locks import Outcome, deadline_of
 from dbwrap_py.proxy.ids import next_id
 from dbwrap_py.proxy.log import log
+from dbwrap_py.proxy.policy import DaemonConfig
 from dbwrap_py.proxy.shared import DatabaseTable, SharedDatabase
 from dbwrap_py.proxy.traverse import Traverse, TraverseRequests
 from dbwrap_py.proxy.wire import Malformed, Op, Reader, Txn
@@ -62,8 +63,11 @@ def _node_cache_reply(db: Database) -> bytes:
 class Session(TraverseRequests):
     """The daemon's side of one connection (one smbd process)."""
 
-    def __init__(self, table: DatabaseTable, later: Later, send: Send) -> None:
+    def __init__(self, table: DatabaseTable, later: Later, send: Send,
+                 config: DaemonConfig | None = None) -> None:
         self.table = table
+        #: what peers may open (None: root's daemon, no --config; policy.py)
+        self.config = config
         self.later = later
         self._send = send
         self.peer_pid = 0
@@ -182,6 +186,10 @@ class Session(TraverseRequests):
         options = [r.str() for _ in range(r.u32())]
         r.end()
         try:
+            if self.config is not None:  # the daemon's configuration decides, not the peer
+                admitted = self.config.admit(name, open_flags, mode, adapter, options)
+                open_flags, mode, adapter, options = (admitted.open_flags, admitted.mode,
+                                                      admitted.adapter, admitted.options)
             shared = self.table.open(name, hash_size, tdb_flags, open_flags, mode, lock_order,
                                      dbwrap_flags, adapter, options)
         except Exception as exc:

@@ -206,3 +206,14 @@ def test_group_without_a_config_stops_the_daemon_at_start() -> None:
         assert "give --config FILE" in str(caught.value), caught.value
     finally:
         daemon.__exit__(None, None, None)
+
+
+def test_another_spelling_of_a_path_is_the_same_database(node: tuple[Node, ProxyDaemonProcess]) -> None:
+    """A peer cannot get a second lock table on a file by writing its name otherwise."""
+    served, daemon = node
+    with client_of(daemon) as holder, client_of(daemon) as other:
+        db = holder.open(str(served.allowed / "one.tdb"), "tdb")
+        holder.lock(db, b"k")
+        again = other.open(f"{served.allowed}//./one.tdb", "tdb")
+        with pytest.raises(ProxyError):
+            other.lock(again, b"k", wait_ms=200)

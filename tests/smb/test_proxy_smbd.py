@@ -6,9 +6,11 @@ Each test starts its own daemon and Samba, and stops both by PID.
 
 from __future__ import annotations
 
+import grp
 import os
 import re
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,3 +99,24 @@ def test_a_killed_daemon_gives_clean_errors_and_a_restarted_one_serves_again():
             daemon.start()
             after = smbclient(samba, "put /etc/hostname after; ls")
             assert after.returncode == 0 and "after" in after.stdout, after.stdout + after.stderr
+
+
+def test_smbd_serves_through_a_daemon_with_a_config_and_a_group(tmp_path):
+    """The shape --group requires (issue 39): the daemon's --config names the
+    directories and the adapter; smbd sends what it always sends."""
+    config = tmp_path / "daemon.conf"
+    config.write_text(f"[daemon]\ndirectories = {os.path.realpath(tempfile.gettempdir())}\n\n"
+                      "[database *]\nadapter = tdb\nnative_records = no\n")
+    config.chmod(0o600)
+    with ProxyDaemonProcess(group=grp.getgrgid(os.getgid()).gr_name, config=config) as daemon:
+        options = {"transport": "proxy", "proxy_socket": daemon.socket_path, "proxy_timeout": "20",
+                   "native_records": "no"}
+        setup = SambaSetup(bridged=VOLATILE_DATABASES + PERSISTENT_DATABASES, log_level=3,
+                           adapter_options=options)
+        with ThrowawaySamba(setup) as samba:
+            done = smbclient(samba, "put /etc/hostname via-config; ls")
+            assert done.returncode == 0 and "via-config" in done.stdout, done.stdout + done.stderr
+            log = samba.log.read_text(errors="replace")
+        assert "refused" not in daemon.log_text(), daemon.log_text()[-3000:]
+    opened = set(re.findall(r"dbwrap_py: db=\S*/([^/\s]+) op=open: adapter tdb, proxy transport", log))
+    assert set(VOLATILE_DATABASES) | set(PERSISTENT_DATABASES) <= opened, sorted(opened)

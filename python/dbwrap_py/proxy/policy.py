@@ -18,7 +18,9 @@ this module is the one place an OPEN is judged (issue 39):
   configuration says);
 * open flags may only be ``O_RDONLY``/``O_RDWR`` and ``O_CREAT``
   (``O_TRUNC``, ``O_EXCL``, ``O_APPEND``, ... refused);
-* the mode is masked with 0o666 (no set-id, sticky or execute bits).
+* the mode is masked with 0o666 (no set-id, sticky or execute bits);
+* the name is normalised (``//`` and ``/./`` go): one file, one shared
+  Database and one lock table.
 
 The file::
 
@@ -154,7 +156,8 @@ class DaemonConfig:
                 raise AccessDenied(f"OPEN of {name}: option {key}={shown} sent, but the daemon's --config "
                                    f"{self.path} [database {rule.pattern}] has {key}: {has}: refused "
                                    "(a peer's options must match the configuration's)")
-        return Admitted(name, open_flags, mode & MODE_MASK, rule.adapter,
+        # one spelling per file (no '//' or '/./'): the daemon's table shares a Database by its name
+        return Admitted(os.path.normpath(name), open_flags, mode & MODE_MASK, rule.adapter,
                         [f"{key}={value}" for key, value in rule.options.items()])
 
     def _check_path(self, name: str) -> None:

@@ -188,8 +188,8 @@ class Session(TraverseRequests):
         try:
             if self.config is not None:  # the daemon's configuration decides, not the peer
                 admitted = self.config.admit(name, open_flags, mode, adapter, options)
-                open_flags, mode, adapter, options = (admitted.open_flags, admitted.mode,
-                                                      admitted.adapter, admitted.options)
+                name, open_flags, mode, adapter, options = (admitted.name, admitted.open_flags, admitted.mode,
+                                                            admitted.adapter, admitted.options)
             shared = self.table.open(name, hash_size, tdb_flags, open_flags, mode, lock_order,
                                      dbwrap_flags, adapter, options)
         except Exception as exc:

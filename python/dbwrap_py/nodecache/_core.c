@@ -808,7 +808,7 @@ uint32_t nc_lock_fetch(const struct nc_records *rec, TDB_DATA key,
 
 /* After the owner path (its result in status): read the record moved in, or unlock. */
 uint32_t nc_lock_moved_in(const struct nc_records *rec, TDB_DATA key, uint32_t status,
-			  dbwrap_py_native_value_fn fn, void *private_data,
+			  dbwrap_py_native_value_fn fn, void *private_data, bool *changed_hands,
 			  struct dbwrap_py_native_why *why)
 {
 	struct tdb_context *tdb = *rec->records_tdb;
@@ -816,9 +816,11 @@ uint32_t nc_lock_moved_in(const struct nc_records *rec, TDB_DATA key, uint32_t s
 	uint32_t agent;
 	int64_t lease;
 
+	*changed_hands = false;
 	if (status == 0) {
 		lease = nc_state_live(rec->state, &agent);
 		if (nc_classify(rec, key, lease, fn, private_data, &h) == NC_OWNED_NONE) {
+			*changed_hands = true;
 			status = nc_why(why, NC_NT_LOCK_CONFLICT,
 					"the record changed hands while it moved in");
 		}

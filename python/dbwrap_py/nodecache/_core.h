@@ -116,7 +116,7 @@ NC_CORE uint32_t nc_lock_fetch(const struct nc_records *rec, TDB_DATA key,
 			       dbwrap_py_native_value_fn fn, void *private_data, bool *ask_owner,
 			       struct dbwrap_py_native_why *why);
 NC_CORE uint32_t nc_lock_moved_in(const struct nc_records *rec, TDB_DATA key, uint32_t status,
-				  dbwrap_py_native_value_fn fn, void *private_data,
+				  dbwrap_py_native_value_fn fn, void *private_data, bool *changed_hands,
 				  struct dbwrap_py_native_why *why);
 NC_CORE uint32_t nc_unlock_check(const struct nc_records *rec, TDB_DATA key, bool *hand_over,
 				 struct dbwrap_py_native_why *why);

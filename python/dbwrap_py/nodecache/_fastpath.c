@@ -252,18 +252,33 @@ static uint32_t fp_fetch(void *handle, TDB_DATA key, dbwrap_py_native_value_fn f
 	return python_miss(self, key, false, fn, private_data, why);
 }
 
+/*
+ * A record moved in may be void by the time the lock looks at it: the node
+ * agent renewed late and the node's lease is a new one, or another node's
+ * first open wiped the database meanwhile. The lock then moves it in
+ * again, a few times (each within op_timeout), rather than failing the
+ * caller's open or lock (seen: smbd on three nodes starting together, its
+ * locking.tdb's migration marker lock failed and smbd exited).
+ */
+#define LOCK_MOVE_IN_TRIES 3
+
 static uint32_t fp_lock_fetch(void *handle, TDB_DATA key, dbwrap_py_native_value_fn fn,
 			      void *private_data, struct dbwrap_py_native_why *why)
 {
 	LocalRecords *self = handle;
-	bool ask_owner;
-	uint32_t status = nc_lock_fetch(&self->core, key, fn, private_data, &ask_owner, why);
+	bool ask_owner, changed_hands = true;
+	uint32_t status = 0;
+	int tries;
 
-	if (status != 0 || !ask_owner) {
-		return status;
+	for (tries = 0; changed_hands && tries < LOCK_MOVE_IN_TRIES; tries++) {
+		status = nc_lock_fetch(&self->core, key, fn, private_data, &ask_owner, why);
+		if (status != 0 || !ask_owner) {
+			return status;
+		}
+		status = python_miss(self, key, true, NULL, NULL, why);
+		status = nc_lock_moved_in(&self->core, key, status, fn, private_data, &changed_hands, why);
 	}
-	status = python_miss(self, key, true, NULL, NULL, why);
-	return nc_lock_moved_in(&self->core, key, status, fn, private_data, why);
+	return status;
 }
 
 static uint32_t fp_unlock(void *handle, TDB_DATA key, struct dbwrap_py_native_why *why)

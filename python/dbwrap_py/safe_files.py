@@ -140,6 +140,15 @@ def sqlite_file(path: str, mode: int) -> str:
     return path
 
 
+def _refuse_foreign_owner(path: str | os.PathLike[str], what: str, st: os.stat_result) -> None:
+    """UnsafePath unless root or this process's effective user owns it."""
+    euid = os.geteuid()
+    if st.st_uid not in (0, euid):
+        owners = "root" if euid == 0 else f"root or this process's effective uid {euid}"
+        raise UnsafePath(f"{what} {os.fspath(path)} is owned by uid {st.st_uid}, not by {owners}: "
+                         "refused (chown it to root)")
+
+
 def check_directory(path: str | os.PathLike[str], what: str) -> None:
     """UnsafePath unless ``path`` (``what`` it is, for the message) is a
     directory owned by root or this process's effective user and writable
@@ -148,11 +157,7 @@ def check_directory(path: str | os.PathLike[str], what: str) -> None:
     st = os.stat(path)  # a link to the directory is judged by the directory
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{what} {os.fspath(path)} is not a directory")
-    euid = os.geteuid()
-    if st.st_uid not in (0, euid):
-        owners = "root" if euid == 0 else f"root or this process's effective uid {euid}"
-        raise UnsafePath(f"{what} {os.fspath(path)} is owned by uid {st.st_uid}, not by {owners}: "
-                         "refused (chown it to root)")
+    _refuse_foreign_owner(path, what, st)
     writable = [who for who, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if st.st_mode & bit]
     if writable:
         raise UnsafePath(f"{what} {os.fspath(path)} is writable by {' and '.join(writable)} "
@@ -176,11 +181,7 @@ def read_private_file(path: str | os.PathLike[str], what: str, refused_bits: int
         mode = stat.S_IMODE(st.st_mode)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafePath(f"{what} {os.fspath(path)} is not a regular file")
-        euid = os.geteuid()
-        if st.st_uid not in (0, euid):
-            owners = "root" if euid == 0 else f"root or this process's effective uid {euid}"
-            raise UnsafePath(f"{what} {os.fspath(path)} is owned by uid {st.st_uid}, not by {owners}: "
-                             "refused (chown it to root)")
+        _refuse_foreign_owner(path, what, st)
         if mode & refused_bits:
             who = [name for name, bits in (("group", 0o070), ("others", 0o007)) if mode & refused_bits & bits]
             raise UnsafePath(f"{what} {os.fspath(path)} has mode {mode:04o}: {' and '.join(who)} may "

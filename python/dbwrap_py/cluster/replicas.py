@@ -12,30 +12,37 @@ from __future__ import annotations
 import abc
 import signal
 from types import TracebackType
+from typing import Any
 
 
 class BackendReplicas(abc.ABC):
-    """Three replicas of a backend while the ``with`` block lasts."""
+    """Three replicas of a backend while the ``with`` block lasts, run by
+    one of the throwaway servers' cluster classes (``cluster()``), which
+    stops them by PID."""
 
     #: what one lost replica is called in a test's output
     replica: str = "replica"
 
     @abc.abstractmethod
-    def __enter__(self) -> "BackendReplicas":
-        """Start them; every replica answers when this returns."""
-
-    @abc.abstractmethod
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Stop every replica left, by PID."""
-
-    @abc.abstractmethod
-    def options(self) -> dict[str, str]:
-        """The adapter's options that reach every replica."""
+    def cluster(self) -> Any:
+        """The throwaway cluster of three, not started yet."""
 
     @abc.abstractmethod
     def lose_one(self) -> None:
         """SIGKILL one replica: a crash, not a clean leave."""
+
+    def __enter__(self) -> "BackendReplicas":
+        """Start them; every replica answers when this returns."""
+        self._cluster = self.cluster().__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._cluster.__exit__(kind, value, tb)
+
+    def options(self) -> dict[str, str]:
+        """The adapter's options that reach every replica."""
+        return self._cluster.options()
 
 
 class EtcdMembers(BackendReplicas):
@@ -46,15 +53,10 @@ class EtcdMembers(BackendReplicas):
 
     replica = "etcd member"
 
-    def __enter__(self) -> "EtcdMembers":
+    def cluster(self) -> Any:
         from dbwrap_py.adapters._etcd_server import EtcdCluster
 
-        self._cluster = EtcdCluster(nodes=3, heartbeat_ms=100, election_ms=1000).__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._cluster.__exit__(kind, value, tb)
+        return EtcdCluster(nodes=3, heartbeat_ms=100, election_ms=1000)
 
     def options(self) -> dict[str, str]:
         return {"endpoints": self._cluster.endpoints}
@@ -68,18 +70,10 @@ class CephOsds(BackendReplicas):
 
     replica = "Ceph OSD"
 
-    def __enter__(self) -> "CephOsds":
+    def cluster(self) -> Any:
         from dbwrap_py.adapters._rados_server import CephCluster
 
-        self._cluster = CephCluster(osds=3).__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._cluster.__exit__(kind, value, tb)
-
-    def options(self) -> dict[str, str]:
-        return self._cluster.options()
+        return CephCluster(osds=3)
 
     def lose_one(self) -> None:
         self._cluster.stop_daemon("osd.0", signal.SIGKILL)
@@ -91,18 +85,10 @@ class CassandraNodes(BackendReplicas):
 
     replica = "Cassandra node"
 
-    def __enter__(self) -> "CassandraNodes":
+    def cluster(self) -> Any:
         from dbwrap_py.adapters._cassandra_server import CassandraCluster
 
-        self._cluster = CassandraCluster(nodes=3).__enter__()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._cluster.__exit__(kind, value, tb)
-
-    def options(self) -> dict[str, str]:
-        return self._cluster.options()
+        return CassandraCluster(nodes=3)
 
     def lose_one(self) -> None:
         self._cluster.stop_node(0, signal.SIGKILL)

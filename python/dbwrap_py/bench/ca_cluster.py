@@ -38,8 +38,6 @@ from dbwrap_py.bench.ca import Point, run_clients
 from dbwrap_py.cluster.samba_cluster import PERSISTENT_HANDLE_DATABASES, SambaCluster, persistent_handle_setup
 
 CTDB = "ctdb"
-#: the backends measured against ctdb, each with a write-back node cache
-BACKENDS = ("etcd", "rados", "cassandra")
 #: persistent handles held open while the store's bytes are summed
 HELD = 32
 #: ``ctdb cattdb``'s record lines: the key's and the value's sizes

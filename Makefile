@@ -38,6 +38,8 @@ SAMBA_CFLAGS = $(shell pkg-config --cflags talloc tdb)
 SAMBA_LIBS   = $(shell pkg-config --libs talloc tdb)
 
 CFLAGS  ?= -O2 -g
+# as given (dpkg-buildflags' for the package), before what the build adds
+CFLAGS_GIVEN := $(CFLAGS)
 CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -fPIC -std=gnu11 $(SAMBA_CFLAGS) \
            -DDBWRAP_PY_SAMBA_VERSION='"$(SAMBA_VERSION)"' \
@@ -78,6 +80,14 @@ CHECKER_BIN := $(BUILD)/linearizability
 BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
 RESULTS    := results
+# What the C build depends on first; the package's build (make package-build)
+# empties it: dpkg-buildpackage has checked the Build-Depends already.
+DEPS       := deps
+# Where the preload finds libdbwrap_py.so: beside it (the package: its own folder)
+PRELOAD_RPATH := '$$ORIGIN'
+# -DDBWRAP_PY_INSTALLED for the package: no venv or module path from the
+# environment or a checkout (c_bridge/py_runtime.c)
+INSTALLED_CFLAGS :=
 
 .PHONY: help all deps venv venv-scylla clean check samba-abi-check samba-abi-offsets test test-fast test-c test-memcheck test-python \
 	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
@@ -87,7 +97,8 @@ RESULTS    := results
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
-	preload-claiming test-cluster-torture-failover test-sid-torture-failover
+	preload-claiming test-cluster-torture-failover test-sid-torture-failover \
+	deb test-deb package-build package-install
 
 .DEFAULT_GOAL := all
 
@@ -126,7 +137,7 @@ $(VENV_SCYLLA)/.installed: setup.py pyproject.toml tests/requirements.txt | venv
 	@touch $@
 
 # Rewritten only when the installed Samba's release or library name changes.
-$(SAMBA_STAMP): FORCE | deps
+$(SAMBA_STAMP): FORCE | $(DEPS)
 	@mkdir -p $(BUILD)
 	@test -n "$(SAMBA_VERSION)" || { echo "smbd --version names no Samba release:" \
 		"install samba (scripts/install-deps.sh)" >&2; exit 1; }
@@ -150,26 +161,26 @@ samba-abi-offsets: $(SAMBA_STAMP) ## the offsets samba_abi.h declares (compare: 
 	@$(CC) $(CFLAGS) -Ic_bridge -o $(BUILD)/samba_abi_offsets tests/abi/samba_abi_offsets.c
 	@$(BUILD)/samba_abi_offsets
 
-$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | $(DEPS)
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) -Ic_bridge -I$(NODECACHE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
+	$(CC) $(CFLAGS) $(LDFLAGS) -Ic_bridge -I$(NODECACHE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
 		$(BRIDGE_SRC) $(SAMBA_LIBS) -lz -ldl -lpthread
 
 # No rpath: only libdbwrap_py.so loads it, so that is in the process already,
 # found by its soname however it was loaded
 # (and ld.so's $$ORIGIN expansion in dlopen trips valgrind's memcheck).
 $(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
-	$(CC) $(CFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' -shared \
+	$(CC) $(CFLAGS) $(LDFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' $(INSTALLED_CFLAGS) -shared \
 		-o $@ $(INPROC_SRC) -L$(BUILD) -ldbwrap_py $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-ldl -lpthread
 
 # LD_PRELOAD this into smbd: it takes over db_open (from libsmbconf).
 # $(1): the library, $(2): where it finds libdbwrap_py.so
-link_preload = $(CC) $(CFLAGS) -shared -o $(1) $(PRELOAD_SRC) -L$(BUILD) -ldbwrap_py \
+link_preload = $(CC) $(CFLAGS) $(LDFLAGS) -shared -o $(1) $(PRELOAD_SRC) -L$(BUILD) -ldbwrap_py \
 	-l:libsmbconf.so.0 $(SAMBA_LIBS) -ldl -Wl,-rpath,$(2)
 
 $(PRELOAD_LIB): $(PRELOAD_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
-	$(call link_preload,$@,'$$ORIGIN')
+	$(call link_preload,$@,$(PRELOAD_RPATH))
 
 # A preload built for another Samba release than the installed one, for the
 # version guard's test (tests/smb/test_version_guard.py); build/ is left alone:
@@ -275,7 +286,7 @@ test-fast: all venv-scylla ## make test without the smbtorture matrix
 # everything in `make test`, the fresh roots, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
-TEST_FULL := test test-fresh test-trixie test-sid test-torture-matrix-full test-torture-scylla \
+TEST_FULL := test test-fresh test-deb test-trixie test-sid test-torture-matrix-full test-torture-scylla \
 	test-conformance-proxy test-fuzz-proxy test-cluster test-sid-cluster
 test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
@@ -651,6 +662,51 @@ bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against 
 soak-etcd: all ## 500 path-contention points on etcd with the node cache (~30 min)
 	$(VPY) -m dbwrap_py.cli soak --adapter etcd --points 500 --nprocs 1,16 --time 3
 
+
+##@ The Debian package (an operator's install: docs/packaging.md)
+deb: deps ## build/deb/dbwrap-py_VERSION_ARCH.deb, by dpkg-buildpackage on a copy of the tree
+	@scripts/build-deb.sh
+
+test-deb: deb ## install the .deb in a fresh Debian 12 root; smbd as its drop-in starts it, on etcd through the daemon as its unit starts it
+	@FRESH_DEB=$(firstword $(wildcard $(BUILD)/deb/dbwrap-py_*.deb)) scripts/test-fresh.sh
+
+# What packaging/debian/rules runs in that copy: the C libraries built for
+# an installed system, then everything put under DESTDIR. The libraries
+# other than the preload go to a folder of their own (nothing else links
+# them); the Python package to the system python3's dist-packages, where
+# smbd's embedded interpreter, the daemon, the agent and their helpers
+# (python3 -I) all find it.
+PKG_LIBDIR     = /usr/lib/$(MULTIARCH)
+PKG_PRIVATE    = $(PKG_LIBDIR)/dbwrap_py
+PKG_PYTHONDIR := /usr/lib/python3/dist-packages
+PKG_BUILD     := $(BUILD)/pkg
+# `make deb PKG_INSTALLED_CFLAGS=` builds the broken example: a package
+# whose bridge takes $DBWRAP_PY_VENV and $DBWRAP_PY_PATH as a checkout's
+# does, which tests/package/installed_smbd.py must refuse
+PKG_INSTALLED_CFLAGS := -DDBWRAP_PY_INSTALLED
+
+package-build: ## (packaging/debian/rules) the C libraries built for an installed system, in build/pkg
+	CFLAGS='$(CFLAGS_GIVEN)' $(MAKE) DEPS= BUILD=$(PKG_BUILD) INSTALLED_CFLAGS='$(PKG_INSTALLED_CFLAGS)' \
+		PRELOAD_RPATH=$(PKG_PRIVATE) $(PKG_BUILD)/libdbwrap_py_preload.so
+
+package-install: ## (packaging/debian/rules) everything the package installs, under DESTDIR
+	install -d $(DESTDIR)$(PKG_PRIVATE) $(DESTDIR)$(PKG_PYTHONDIR)
+	install -m 0644 $(PKG_BUILD)/libdbwrap_py.so $(PKG_BUILD)/libdbwrap_py_inproc.so $(DESTDIR)$(PKG_PRIVATE)/
+	install -m 0644 $(PKG_BUILD)/libdbwrap_py_preload.so $(DESTDIR)$(PKG_LIBDIR)/
+	$(PYTHON) -m pip install -q --no-deps --no-build-isolation --no-compile --root-user-action=ignore \
+		--target $(DESTDIR)$(PKG_PYTHONDIR) .
+	rm -rf $(DESTDIR)$(PKG_PYTHONDIR)/bin $(DESTDIR)$(PKG_PYTHONDIR)/dbwrap_py-*.dist-info/direct_url.json
+	install -D -m 0755 packaging/dbwrap-py $(DESTDIR)/usr/bin/dbwrap-py
+	install -D -m 0644 -t $(DESTDIR)/lib/systemd/system packaging/systemd/dbwrap-py-proxy.service \
+		packaging/systemd/dbwrap-py-node-agent.service
+	install -d $(DESTDIR)/lib/systemd/system/smbd.service.d
+	sed 's|@PRELOAD@|$(PKG_LIBDIR)/libdbwrap_py_preload.so|' packaging/systemd/smbd-dbwrap-py.conf \
+		> $(DESTDIR)/lib/systemd/system/smbd.service.d/dbwrap-py.conf
+	install -D -m 0644 packaging/tmpfiles.d/dbwrap-py.conf $(DESTDIR)/usr/lib/tmpfiles.d/dbwrap-py.conf
+	install -d -m 0755 $(DESTDIR)/etc/dbwrap_py
+	install -D -m 0644 -t $(DESTDIR)/usr/share/doc/dbwrap-py/examples packaging/examples/daemon.conf \
+		packaging/examples/node-agent.options configs/smb.conf.example
+	install -D -m 0644 -t $(DESTDIR)/usr/share/doc/dbwrap-py README.md docs/packaging.md
 
 ##@ Servers (each until Ctrl-C; prints the options that reach it)
 server-etcd: all ## a throwaway etcd (dbwrap-py server etcd)

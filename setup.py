@@ -5,7 +5,7 @@ folder are installed as dbwrap_py.adapters, so that a short name such as
 "tdb" resolves to dbwrap_py.adapters.tdb.
 """
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 # the tdb adapter's one way into libtdb: TdbFile (one open tdb) and
 # TdbRecords (the adapter's record operations, some twenty per SMB2 open
@@ -44,18 +44,8 @@ setup(
     version="0.1.0",
     description="Samba dbwrap backends written in Python",
     python_requires=">=3.11",
-    packages=[
-        "dbwrap_py",
-        "dbwrap_py.adapters",
-        "dbwrap_py.bench",
-        "dbwrap_py.cluster",
-        "dbwrap_py.conformance",
-        "dbwrap_py.conformance.broken",
-        "dbwrap_py.nodecache",
-        "dbwrap_py.servers",
-        "dbwrap_py.testing",
-        "dbwrap_py.testing.fdb_model",
-    ],
+    # every package under python/ (a new one cannot be left out of `make deb`)
+    packages=[*find_packages("python"), "dbwrap_py.adapters"],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
     ext_modules=[records, tdb, nodecache_fastpath],
     # an adapter's client library, where it is not Debian's (rados): one

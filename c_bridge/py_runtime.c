@@ -73,6 +73,7 @@ static void atfork_child(void)
 	PyGILState_Release(runtime.fork_gil);
 }
 
+#ifndef DBWRAP_PY_INSTALLED
 /* <root>/.venv for the library at <root>/build/libdbwrap_py.so */
 static bool venv_next_to_library(char *buf, size_t len)
 {
@@ -87,21 +88,41 @@ static bool venv_next_to_library(char *buf, size_t len)
 	dir = dirname(dirname(path));
 	return snprintf(buf, len, "%s/.venv", dir) < (int)len;
 }
+#endif
+
+/*
+ * Where the venv is: smb.conf's dbwrap_py:venv, else (a checkout's build)
+ * $DBWRAP_PY_VENV, else the .venv next to this library. An installed build
+ * (DBWRAP_PY_INSTALLED, make deb) takes smb.conf's word only: root never
+ * runs code that the environment or a checkout's owner chose.
+ */
+static void choose_venv(char *venv, size_t len)
+{
+#ifndef DBWRAP_PY_INSTALLED
+	const char *env = getenv("DBWRAP_PY_VENV");
+#endif
+
+	if (dbwrap_py_configured_venv()[0] != '\0') {
+		snprintf(venv, len, "%s", dbwrap_py_configured_venv());
+		return;
+	}
+	venv[0] = '\0';
+#ifndef DBWRAP_PY_INSTALLED
+	if (env != NULL && env[0] != '\0') {
+		snprintf(venv, len, "%s", env);
+	} else if (!venv_next_to_library(venv, len)) {
+		venv[0] = '\0';
+	}
+#endif
+}
 
 /* The python3 to start as: the venv's, so pyvenv.cfg sets up sys.path. */
 static void choose_program(const char *dbname, char *buf, size_t len)
 {
-	const char *env = getenv("DBWRAP_PY_VENV");
 	char venv[PATH_MAX];
 	struct stat st;
 
-	if (dbwrap_py_configured_venv()[0] != '\0') {
-		snprintf(venv, sizeof(venv), "%s", dbwrap_py_configured_venv());
-	} else if (env != NULL && env[0] != '\0') {
-		snprintf(venv, sizeof(venv), "%s", env);
-	} else if (!venv_next_to_library(venv, sizeof(venv))) {
-		venv[0] = '\0';
-	}
+	choose_venv(venv, sizeof(venv));
 	if (venv[0] != '\0') {
 		snprintf(buf, len, "%s/bin/python3", venv);
 		if (stat(buf, &st) == 0) {
@@ -182,10 +203,15 @@ static bool add_module_paths_from(const char *env)
 	return ok;
 }
 
+/* smb.conf's dbwrap_py:pythonpath; a checkout's build also $DBWRAP_PY_PATH */
 static bool add_module_paths(void)
 {
-	return add_module_paths_from(getenv("DBWRAP_PY_PATH")) &&
-	       add_module_paths_from(dbwrap_py_configured_module_path());
+#ifndef DBWRAP_PY_INSTALLED
+	if (!add_module_paths_from(getenv("DBWRAP_PY_PATH"))) {
+		return false;
+	}
+#endif
+	return add_module_paths_from(dbwrap_py_configured_module_path());
 }
 
 static bool import_framework(const char *dbname)

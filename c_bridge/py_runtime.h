@@ -12,7 +12,9 @@
 
 /*
  * Start Python if this process has not yet (idempotent). The venv is
- * $DBWRAP_PY_VENV, else the project's .venv found next to this library.
+ * smb.conf's dbwrap_py:venv, else (not in an installed build) $DBWRAP_PY_VENV
+ * or the project's .venv found next to this library, else none: the system
+ * python3, which finds an installed package in its own dist-packages.
  * Returns false after logging why for `dbname`.
  */
 bool py_runtime_start(const char *dbname);

@@ -19,6 +19,7 @@ packages="
   ceph-mon ceph-osd ceph-common python3-rados
   maven
   ca-certificates
+  debhelper python3-pip
 "
 # What each is for:
 #   build-essential, pkg-config      the bridge, the preload library, the C tests; gcc's
@@ -64,6 +65,9 @@ packages="
 #   valgrind                         memcheck over the C suite (make test-memcheck),
 #                                    callgrind for make bench-bridge
 #   ca-certificates                  pip and the Go module proxy over HTTPS
+#   debhelper                        make deb: dh and its helpers (packaging/debian/rules)
+#   python3-pip                      make deb: the system python3's pip installs the
+#                                    package into the .deb's tree (the venv has its own)
 
 . /etc/os-release
 if [ "${VERSION_ID:-}" = 12 ]; then

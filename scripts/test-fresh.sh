@@ -13,6 +13,9 @@
 #                        a word VAR=value is given to make for every target after it
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
+#   FRESH_DEB=FILE       no checkout: the root gets the .deb and tests/package/
+#                        only, and one step, "installed", runs
+#                        tests/package/run.sh there (make test-deb)
 #   KEEP=1               keep the root afterwards (stopped and unmounted)
 #
 # Logs: results/fresh/<step>.log and results/fresh/summary.txt (another
@@ -24,6 +27,7 @@ checkout=$(dirname "$scripts")
 suite=${FRESH_SUITE:-bookworm}
 results=$checkout/results/fresh
 [ "$suite" = bookworm ] || results=$results-$suite
+[ -z "${FRESH_DEB:-}" ] || results=$results-deb
 targets=${FRESH_TARGETS:-demo test-setup}
 . "$scripts/fresh/host-tools.sh"
 . "$scripts/fresh/root.sh"
@@ -69,7 +73,11 @@ fail_step() {
 prepare_root() {
     give_registry_access "$root"
     forbid_service_starts "$root"
-    copy_checkout "$checkout" "$root"
+    if [ -n "${FRESH_DEB:-}" ]; then
+        copy_package "$checkout" "$FRESH_DEB" "$root"
+    else
+        copy_checkout "$checkout" "$root"
+    fi
     mount_root "$root"
 }
 
@@ -122,6 +130,10 @@ main() {
     mkdir -m 755 "$root"
     run_step root create_root "$root"
     run_step prepare prepare_root
+    if [ -n "${FRESH_DEB:-}" ]; then
+        run_step installed in_root "$root" sh /root/package/run.sh
+        return 0
+    fi
     local target assignments=""
     for target in $targets; do
         case $target in

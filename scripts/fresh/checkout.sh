@@ -34,3 +34,12 @@ copy_checkout() {
         echo "test-fresh: note: no ../shared beside the checkout"
     fi
 }
+
+# FRESH_DEB: the package and its test, nothing else of the checkout.
+copy_package() {
+    local checkout=$1 deb=$2 root=$3
+    mkdir -p "$root/root/package"
+    cp "$deb" "$checkout"/tests/package/* "$root/root/package/"
+    basename "$deb" >"$results/tested-head"
+    echo "test-fresh: testing the package $(basename "$deb")"
+}

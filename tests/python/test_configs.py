@@ -34,17 +34,3 @@ def test_config_parses_and_routes_known_databases(path, tmp_path):
     assert routed <= known
     module = re.search(r"dbwrap_py:module = (\S+)", dumped).group(1)
     assert module in adapter_names()
-
-
-def test_the_node_agent_unit_starts_a_valid_agent_command():
-    """The example systemd unit's ExecStart is a node-agent command line the agent accepts."""
-    import shlex
-
-    from dbwrap_py.nodecache.agent import build_parser
-
-    text = (CONFIGS / "dbwrap-py-node-agent.service").read_text().replace("\\\n", " ")
-    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    argv = shlex.split(exec_start.removeprefix("ExecStart="))
-    assert argv[0].endswith("/dbwrap-py") and argv[1] == "node-agent"
-    args = build_parser().parse_args(argv[2:])
-    assert args.adapter in adapter_names() and args.cache_dir and (args.option or args.options_file)

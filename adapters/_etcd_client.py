@@ -548,30 +548,33 @@ class _Session:
         counter = _Counter(self, "keepalive_round_trips")
         interval = self._lease_ttl / 3
         while not self._stop.wait(interval):
-            interval = self._lease_ttl / 3
-            with self._mutex:
-                lease_id = self._lease_id
-            if lease_id is None:
-                continue
-            sent = time.monotonic()
-            try:
-                counter.add()
-                reply = transport.call(
-                    "/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True
-                )
-                ttl = int(reply.get("result", {}).get("TTL", 0))
-                with self._mutex:
-                    if self._lease_id != lease_id:
-                        continue
-                    if ttl > 0:
-                        self._expires_at = sent + ttl
-                    elif self._openers:  # lapsed: put the opener keys back at once
-                        self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
-                    else:
-                        self._lease_id = None  # the next lock grants a new one
-            except DbwrapError:
-                interval = max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
+            interval = self._refresh(transport, counter)
         transport.close()
+
+    def _refresh(self, transport: _Transport, counter: "_Counter") -> float:
+        """One round of the keepalive thread; the seconds to wait before the next."""
+        interval = self._lease_ttl / 3
+        with self._mutex:
+            lease_id = self._lease_id
+        if lease_id is None:
+            return interval
+        sent = time.monotonic()
+        try:
+            counter.add()
+            reply = transport.call("/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True)
+            ttl = int(reply.get("result", {}).get("TTL", 0))
+            with self._mutex:
+                if self._lease_id != lease_id:
+                    return interval
+                if ttl > 0:
+                    self._expires_at = sent + ttl
+                elif self._openers:  # lapsed: put the opener keys back at once
+                    self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
+                else:
+                    self._lease_id = None  # the next lock grants a new one
+        except DbwrapError:
+            return max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
+        return interval
 
 
 class _Counter:

@@ -510,9 +510,14 @@ test-torture: all ## smbtorture on one configuration: TORTURE_CONFIG=etcd,node_c
 # AddressSanitizer and UBSan (build/proxy_client): it must never crash, give
 # every call an NTSTATUS, and hang up where it must. Its broken example
 # (build/proxy_client_broken) runs in tests/python/test_proxy_client.py.
-test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon, 20 s of malformed replies at the C client
+# Last, 15 s of malformed HTTP replies from a fake etcd gateway at the etcd
+# adapter's client (adapters/_etcd_client.py): every call returns its type or
+# raises a typed error, within its timeout, without allocating what a reply
+# claims. Its broken example runs in tests/python/test_etcd_client.py.
+test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon, 20 s of malformed replies at the C client, 15 s at the etcd client
 	$(VPY) -m dbwrap_py.proxy.fuzz 30
 	$(VPY) -m dbwrap_py.proxy.fuzz_client $(PROXY_CLIENT_BIN) 20
+	$(VPY) -m dbwrap_py.testing.fuzz_etcd_client 15
 
 # The scylla dialect (scylla-driver, its own venv) against the same throwaway
 # Cassandra: no ScyllaDB server can be had here.

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import io
 import json
+import math
 import os
 import select
 import socket
@@ -41,6 +43,15 @@ from dbwrap_py.options import Options, password_of
 
 DEFAULT_LEASE_TTL = 10
 DEFAULT_OP_TIMEOUT = 10.0
+#: the largest reply body read: a bigger one is refused, not allocated (a scan
+#: page is page_size records; etcd's --max-request-bytes bounds each)
+MAX_REPLY_BYTES = 128 << 20
+#: the largest reply head (status line and headers); etcd's are ~200 bytes
+_MAX_HEAD_BYTES = 64 << 10
+#: a body is read this much at a time: memory follows what comes, not what a length claims
+_PIECE = 1 << 20
+#: etcd's own bound on a lease's TTL (lease.MaxLeaseTTL)
+_MAX_LEASE_TTL = 9_000_000_000
 
 # gRPC status codes, as the gateway reports them in {"code": N}
 _DEADLINE_EXCEEDED = 4
@@ -63,12 +74,46 @@ class _Compacted(DbwrapError):
     """A pinned revision was compacted away during a paged scan."""
 
 
+class _Malformed(ConnectionError):
+    """etcd's reply breaks HTTP or is not what the request gets: no retry mends it."""
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
 def _unb64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
+    """A key or value of etcd's reply; Unavailable if it is not base64."""
+    try:
+        return base64.b64decode(text) if text else b""
+    except (ValueError, TypeError):  # binascii.Error, a str not ASCII, not a str
+        shown = f"{text!r:.80}" if isinstance(text, str) else f"a JSON {type(text).__name__}"
+        raise Unavailable(f"etcd's reply has {shown} for a key or value, not base64") from None
+
+
+def _reply_int(value: object, what: str) -> int:
+    """An integer field of etcd's reply (the gateway writes int64s as strings);
+    Unavailable if it is not one."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and len(value) <= 20:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    shown = f"{value!r:.80}" if isinstance(value, str) else f"a JSON {type(value).__name__}"
+    raise Unavailable(f"etcd's reply has {what} {shown}, not an integer")
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """A reply body: a JSON object, or _Malformed."""
+    try:
+        reply = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a deep nesting
+        raise _Malformed(f"not JSON ({type(exc).__name__}: {str(exc)[:100]})") from None
+    if not isinstance(reply, dict):
+        raise _Malformed(f"a JSON {type(reply).__name__}, not an object")
+    return reply
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -157,6 +202,21 @@ def _parse_endpoint(text: str, tls_default: bool) -> _Endpoint:
 # -- transport: the JSON gateway over a minimal HTTP/1.1 client -----------------
 
 
+class _DeadlineReader(socket.SocketIO):
+    """A socket's reads, each given only what is left of the deadline: a
+    server dripping a byte at a time cannot stretch a reply past it."""
+
+    deadline = math.inf
+
+    def readinto(self, buffer: Any) -> int | None:
+        if self.deadline != math.inf:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("etcd's reply did not come within the timeout")
+            self._sock.settimeout(remaining)
+        return super().readinto(buffer)
+
+
 class _HttpConnection:
     """Just enough HTTP/1.1 for etcd's gateway: POST of a JSON body on a
     keep-alive socket, replies with Content-Length or chunked.
@@ -176,13 +236,16 @@ class _HttpConnection:
             sock.close()
             raise
         self.sock = sock
-        self._reader = sock.makefile("rb")
+        self._raw = _DeadlineReader(sock, "rb")
+        self._reader = io.BufferedReader(self._raw)
         self._host = f"{endpoint.host}:{endpoint.port}".encode()
         #: the server will close after this reply: do not reuse the connection
         self.server_closes = False
 
-    def settimeout(self, seconds: float) -> None:
+    def settimeout(self, seconds: float | None) -> None:
+        """Bound what follows, the reply's every read together, to ``seconds``."""
         self.sock.settimeout(seconds)
+        self._raw.deadline = math.inf if seconds is None else time.monotonic() + seconds
 
     def close(self) -> None:
         self._reader.close()
@@ -196,13 +259,16 @@ class _HttpConnection:
         self.sock.sendall(head + b"\r\n" + body)
 
     def read_head(self) -> tuple[int, dict[bytes, bytes]]:
-        line = self._line()
+        left = _MAX_HEAD_BYTES
+        line = self._line(left)
+        left -= len(line)
         parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise ConnectionError(f"not an HTTP reply: {line[:80]!r}")
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
+            raise _Malformed(f"not an HTTP reply: {line[:80]!r}")
         headers: dict[bytes, bytes] = {}
         while True:
-            line = self._line()
+            line = self._line(left)
+            left -= len(line)
             if line in (b"\r\n", b"\n"):
                 break
             name, _, value = line.partition(b":")
@@ -212,41 +278,71 @@ class _HttpConnection:
         return int(parts[1]), headers
 
     def read_body(self, headers: Mapping[bytes, bytes]) -> bytes:
-        if b"content-length" in headers:
-            return self._exactly(int(headers[b"content-length"]))
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise _Malformed(f"a Content-Length of {length[:40]!r}")
+            return self._exactly(_capped(int(length) if len(length) <= 12 else MAX_REPLY_BYTES + 1))
         if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
             parts = []
+            total = 0
             while chunk := self.read_chunk():
+                total = _capped(total + len(chunk))
                 parts.append(chunk)
             return b"".join(parts)
         self.server_closes = True
-        return self._reader.read()
+        return _capped_data(self._up_to(MAX_REPLY_BYTES + 1))
 
     def read_chunk(self) -> bytes:
         """The next chunk of a chunked body; b"" after the last."""
-        try:
-            size = int(self._line().split(b";")[0], 16)
-        except ValueError:
-            raise ConnectionError("bad chunk size in etcd's reply") from None
+        size_text = self._line().split(b";")[0].strip()
+        if not size_text or len(size_text) > 8 or size_text.translate(None, b"0123456789abcdefABCDEF"):
+            raise _Malformed(f"a chunk size of {size_text[:40]!r}")
+        size = _capped(int(size_text, 16))
         if size == 0:
             while self._line() not in (b"\r\n", b"\n"):  # trailers
                 pass
             return b""
         data = self._exactly(size)
-        self._exactly(2)  # the chunk's CRLF
+        if self._exactly(2) != b"\r\n":
+            raise _Malformed("a chunk longer than its size")
         return data
 
-    def _line(self) -> bytes:
-        line = self._reader.readline(65537)
+    def _line(self, most: int = 65537) -> bytes:
+        line = self._reader.readline(most)
         if not line.endswith(b"\n"):
+            if len(line) >= most:
+                raise _Malformed(f"a reply head over {_MAX_HEAD_BYTES} bytes, or a line over {most}")
             raise ConnectionError("etcd closed the connection")
         return line
 
     def _exactly(self, size: int) -> bytes:
-        data = self._reader.read(size)
+        data = self._up_to(size)
         if len(data) < size:
             raise ConnectionError("etcd closed the connection mid-reply")
         return data
+
+    def _up_to(self, size: int) -> bytes:
+        """``size`` bytes, fewer if the server closes first, read _PIECE at a
+        time: what a reply claims is not allocated before it comes."""
+        if size <= _PIECE:
+            return self._reader.read(size)
+        parts = []
+        while size > 0 and (piece := self._reader.read(min(size, _PIECE))):
+            parts.append(piece)
+            size -= len(piece)
+        return b"".join(parts)
+
+
+def _capped(size: int) -> int:
+    if size > MAX_REPLY_BYTES:
+        raise _Malformed(f"a reply of {size} bytes, over the {MAX_REPLY_BYTES} read (lower page_size)")
+    return size
+
+
+def _capped_data(data: bytes) -> bytes:
+    _capped(len(data))
+    return data
 
 
 class _Transport:
@@ -285,6 +381,7 @@ class _Transport:
         endpoint = self.config.endpoints[self._current]
         conn = _HttpConnection(endpoint, max(0.001, deadline - time.monotonic()), self._ssl)
         try:
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
             conn.send(path, json.dumps(body).encode(), self._token)
             status, _ = conn.read_head()
             if status != 200:
@@ -325,9 +422,16 @@ class _Transport:
                 conn.send(path, payload, self._token)
                 status, headers = conn.read_head()
                 data = conn.read_body(headers)
+                reply = _json_object(data) if status == 200 else None
             except (socket.timeout, TimeoutError):
                 self.close()
                 raise Timeout(f"etcd at {endpoint} did not answer {path} within the timeout") from None
+            except _Malformed as exc:
+                self.close()
+                raise Unavailable(
+                    f"etcd at {endpoint} sent a malformed reply to {path} "
+                    f"(a write may or may not have been applied): {exc}"
+                ) from None
             except OSError as exc:
                 # The request may have reached etcd: repeat only what is safe to repeat.
                 self.close()
@@ -345,8 +449,8 @@ class _Transport:
                 ) from None
             if conn.server_closes:
                 self.close()
-            if status == 200:
-                return json.loads(data)
+            if reply is not None:
+                return reply
             code, message = _error_of(data, status)
             if code == _UNAVAILABLE and "no leader" in message:
                 # refused before it was proposed: safe to repeat once a leader is elected
@@ -399,7 +503,10 @@ class _Transport:
         """Get a token for user/password: a request like any other (failover,
         no-leader retries, the deadline); AccessDenied if etcd refuses them."""
         body = {"name": self.config.user, "password": self.config.password}
-        self._token = str(self.call(_AUTHENTICATE, body, deadline, idempotent=True)["token"])
+        token = self.call(_AUTHENTICATE, body, deadline, idempotent=True).get("token")
+        if not isinstance(token, str) or not token or not token.isascii() or not token.isprintable():
+            raise Unavailable(f"etcd's reply to {_AUTHENTICATE} has no token (a header's text)")
+        self._token = token
 
     def _tls_refused(self, exc: OSError, endpoint: _Endpoint, refused_by: set[_Endpoint]) -> bool:
         """Whether ``exc`` is a TLS certificate refusal (by us or by etcd),
@@ -432,11 +539,16 @@ def _tls_refusal(exc: OSError) -> str | None:
 
 
 def _error_of(data: bytes, status: int) -> tuple[int, str]:
+    """The gRPC code and message of an error reply; from its HTTP status if it has none."""
+    code, text = (_UNAVAILABLE if status >= 500 else 0), f"HTTP {status}: {data[:200]!r}"
     try:
-        parsed = json.loads(data)
-        return int(parsed.get("code", 0)), str(parsed.get("message") or parsed.get("error"))
-    except (ValueError, AttributeError):
-        return (_UNAVAILABLE if status >= 500 else 0), f"HTTP {status}: {data[:200]!r}"
+        parsed = _json_object(data)
+    except _Malformed:
+        return code, text
+    message = parsed.get("message") or parsed.get("error")
+    if type(parsed.get("code", 0)) is int:
+        code = parsed.get("code", 0)
+    return code, message if isinstance(message, str) else text
 
 
 def _error_for(code: int, message: str, path: str) -> DbwrapError:
@@ -530,9 +642,11 @@ class _Session:
         sent = time.monotonic()
         count.add()
         reply = transport.call("/v3/lease/grant", {"TTL": str(self.config.lease_ttl)}, deadline, idempotent=True)
-        lease_id = int(reply["ID"])
-        self._lease_ttl = int(reply.get("TTL", self.config.lease_ttl))  # etcd may raise a TTL below its minimum
-        self._lease_id = lease_id
+        lease_id = _reply_int(reply.get("ID"), "lease ID")
+        ttl = _reply_int(reply.get("TTL", self.config.lease_ttl), "lease TTL")  # etcd may raise a TTL below its minimum
+        if not 0 < lease_id < 1 << 63 or not 0 < ttl <= _MAX_LEASE_TTL:
+            raise Unavailable(f"etcd granted lease {lease_id} with TTL {ttl}: out of range")
+        self._lease_id, self._lease_ttl = lease_id, ttl
         self._expires_at = sent + self._lease_ttl
         if self._openers:  # the old lease took our opener keys with it
             count.add()
@@ -548,30 +662,44 @@ class _Session:
         counter = _Counter(self, "keepalive_round_trips")
         interval = self._lease_ttl / 3
         while not self._stop.wait(interval):
-            interval = self._lease_ttl / 3
-            with self._mutex:
-                lease_id = self._lease_id
-            if lease_id is None:
-                continue
-            sent = time.monotonic()
-            try:
-                counter.add()
-                reply = transport.call(
-                    "/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True
-                )
-                ttl = int(reply.get("result", {}).get("TTL", 0))
-                with self._mutex:
-                    if self._lease_id != lease_id:
-                        continue
-                    if ttl > 0:
-                        self._expires_at = sent + ttl
-                    elif self._openers:  # lapsed: put the opener keys back at once
-                        self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
-                    else:
-                        self._lease_id = None  # the next lock grants a new one
-            except DbwrapError:
-                interval = max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
+            interval = self._refresh(transport, counter)
         transport.close()
+
+    def _refresh(self, transport: _Transport, counter: "_Counter") -> float:
+        """One round of the keepalive thread; the seconds to wait before the next."""
+        interval = self._lease_ttl / 3
+        with self._mutex:
+            lease_id = self._lease_id
+        if lease_id is None:
+            return interval
+        sent = time.monotonic()
+        try:
+            counter.add()
+            reply = transport.call("/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True)
+            ttl = _keepalive_ttl(reply)
+            with self._mutex:
+                if self._lease_id != lease_id:
+                    return interval
+                if ttl > 0:
+                    self._expires_at = sent + ttl
+                elif self._openers:  # lapsed: put the opener keys back at once
+                    self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
+                else:
+                    self._lease_id = None  # the next lock grants a new one
+        except DbwrapError:
+            return max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
+        return interval
+
+
+def _keepalive_ttl(reply: Mapping[str, Any]) -> int:
+    """The TTL a keepalive reply gives the lease: 0 or less when it has lapsed."""
+    result = reply.get("result", {})
+    if not isinstance(result, dict):
+        raise Unavailable(f"etcd's keepalive reply has a JSON {type(result).__name__} for its result")
+    ttl = _reply_int(result.get("TTL", 0), "lease TTL")
+    if ttl > _MAX_LEASE_TTL:
+        raise Unavailable(f"etcd's keepalive reply has lease TTL {ttl}: out of range")
+    return ttl
 
 
 class _Counter:

@@ -289,3 +289,17 @@ def test_keys_deleted_before_the_window_are_forgotten() -> None:
         store.commit(store.read_version(), [], [(b"kept", b"kept\0")], keep)
     assert store.keys == [b"kept"]
     assert store.get(store.read_version(), b"kept") == b"v"
+
+
+def _without_the_test_run_mark() -> dict[str, str]:
+    from dbwrap_py.testing.fdb_model.tests_only import ENV
+
+    return {k: v for k, v in os.environ.items() if k != ENV}
+
+
+def test_the_models_server_refuses_to_serve_outside_a_test_run(tmp_path):
+    sock = tmp_path / "model.sock"
+    run = subprocess.run([sys.executable, "-m", "dbwrap_py.testing.fdb_model.server", "--socket", str(sock)],
+                         env=_without_the_test_run_mark(), cwd="/", capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "serves tests only" in run.stderr, run.stderr
+    assert not sock.exists()

@@ -115,6 +115,59 @@ def test_secrets_tdb_outside_the_allowed_directories_is_refused(node: tuple[Node
     assert served.snapshot() == before
 
 
+GROUP_MEMBER = """
+import json, os, sys
+from dbwrap_py.proxy.client import ProxyClient, ProxyError
+socket_path, secrets, allowed = sys.argv[1:4]
+seen = {"uid": os.getuid(), "groups": os.getgroups()}
+with ProxyClient(socket_path) as client:
+    client.hello()
+    try:
+        client.open(secrets, "tdb", (), open_flags=os.O_RDWR | os.O_CREAT, mode=0o600)
+        seen["secrets"] = "opened"
+    except ProxyError as exc:
+        seen["secrets"] = [exc.status, exc.cause]
+    db = client.open(allowed, "tdb", (), open_flags=os.O_RDWR | os.O_CREAT, mode=0o600)
+    client.lock(db, b"k")
+    client.unlock(db, b"k", b"from the group")
+    seen["allowed"] = client.fetch(db, b"k").decode()
+print(json.dumps(seen))
+"""
+
+
+def test_a_group_member_may_connect_but_not_open_secrets_tdb(tmp_path: Path) -> None:
+    """--group G: a member of G (here nobody, with G among its groups)
+    reaches the socket, and the daemon's configuration still decides: the
+    allowed directory's database opens, secrets.tdb beside it does not."""
+    import grp
+    import json
+    import subprocess
+    import sys
+
+    group = grp.getgrgid(100).gr_name  # Debian's "users": nobody is not a member
+    served = Node(tmp_path)
+    for path in (tmp_path, served.allowed):  # nobody must reach the files the daemon names back
+        path.chmod(0o755)
+    before = served.snapshot()
+    with ProxyDaemonProcess(group=group, config=served.config) as daemon:
+        Path(daemon.dir).chmod(0o755)  # the socket itself is 0660 for the group
+        run = subprocess.run([sys.executable, "-c", GROUP_MEMBER, daemon.socket_path, str(served.secrets),
+                              str(served.allowed / "member.tdb")],
+                             user="nobody", group="nogroup", extra_groups=[group], cwd="/",
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        seen = json.loads(run.stdout)
+        assert seen["uid"] != 0 and 100 in seen["groups"]
+        status, cause = seen["secrets"]
+        assert status == nt.NT_STATUS_ACCESS_DENIED, seen
+        assert f"its directory {served.private} is outside the daemon's directories" in cause, cause
+        assert cause in daemon.log_text()
+        assert seen["allowed"] == "from the group"
+    after = served.snapshot()
+    assert after.pop(str(served.allowed / "member.tdb"))  # the one database it was allowed
+    assert after == before
+
+
 def test_a_peer_named_module_is_never_imported(node: tuple[Node, ProxyDaemonProcess], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     served, daemon = node

@@ -31,12 +31,15 @@ import os
 import random
 import socket
 import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from dbwrap_py.errors import ConfigError
 from dbwrap_py.testing.fdb_model import _wire
+from dbwrap_py.testing.fdb_model.tests_only import require_test_run
 
 #: FoundationDB's error codes that the server returns
 NOT_COMMITTED = 1020
@@ -320,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--too-old-seconds", type=float, default=5.0,
                         help="MVCC window: older read versions get 1007 transaction_too_old")
     args = parser.parse_args(argv)
+    try:
+        require_test_run("the model of FoundationDB's server")
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     serve(args.socket, args.too_old_seconds)
     return 0
 

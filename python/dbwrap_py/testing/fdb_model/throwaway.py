@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dbwrap_py.servers import ServerError, dying_with_parent, stop_process
+from dbwrap_py.testing.fdb_model.tests_only import test_run_environment
 
 #: the cluster file's description part: says what answers, wherever the file is read
 DESCRIPTION = "dbwrap_py_fdb_model"
@@ -32,7 +33,7 @@ def model_server(too_old_seconds: float = 5.0, startup_timeout: float = 20.0) ->
         process = subprocess.Popen(
             dying_with_parent([sys.executable, "-m", "dbwrap_py.testing.fdb_model.server",
                                "--socket", sock, "--too-old-seconds", str(too_old_seconds)]),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=test_run_environment())
         try:
             _wait_for(sock, process, startup_timeout, Path(tmp) / "server.log")
             yield cluster_file

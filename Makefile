@@ -392,21 +392,17 @@ test-conformance-local: all ## conformance: sqlite_leased with the node cache, t
 	$(VPY) -m pytest -q tests/conformance
 
 test-conformance-etcd: all ## conformance on a throwaway etcd, without and with the node cache
-	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
-	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 --variant node_cache=yes
 
 test-conformance-rados: all ## conformance on a throwaway Ceph, without and with the node cache
-	$(VPY) -m dbwrap_py.cli check rados -o lease=2
-	$(VPY) -m dbwrap_py.cli check rados -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check rados -o lease=2 --variant node_cache=yes
 
 test-conformance-cassandra: all venv-scylla ## conformance on a throwaway Cassandra (and the scylla dialect)
-	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
-	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 --variant node_cache=yes
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 
 test-conformance-fdb: all ## conformance on the fdb model, without and with the node cache
-	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
-	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model --variant node_cache=yes
 
 # One table on each throwaway server (test-setup).
 test-conformance-servers: all ## one conformance table on each throwaway server (test-setup)
@@ -415,25 +411,21 @@ test-conformance-servers: all ## one conformance table on each throwaway server 
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model
 
-# The same tables in proxy mode (each run starts a throwaway node daemon):
+# The same tables in proxy mode (each table starts a throwaway node daemon;
+# one throwaway store serves an adapter's tables):
 # every adapter that can run here, with and without the node cache, and with
 # the node cache both ways: smbd reaching it itself (proxy_fastpath, the
 # default) and every call through the daemon (proxy_fastpath=no).
 test-conformance-proxy: all ## every conformance table in proxy mode (make test-full)
-	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy
-	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes -o proxy_fastpath=no
-	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2
-	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes -o proxy_fastpath=no
-	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2
-	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=no
-	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2
-	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes -o proxy_fastpath=no
-	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 -o node_cache=yes
-	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model
-	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes -o proxy_fastpath=no
-	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model -o node_cache=yes
+	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy --variant "node_cache=yes proxy_fastpath=no"
+	$(VPY) -m dbwrap_py.cli check etcd -o transport=proxy -o lease_ttl=2 \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
+	$(VPY) -m dbwrap_py.cli check rados -o transport=proxy -o lease=2 \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
+	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
+	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
 
 # Three-node Samba clusters (ctdb; etcd, rados, cassandra and the fdb model,
 # each without and with the node cache; and a broken one the checks must

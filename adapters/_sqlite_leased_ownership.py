@@ -327,15 +327,11 @@ class SqliteNodeStore(NodeStore):
 
 
 @contextmanager
-def throwaway_agent(adapter: str, options: Mapping[str, str], ttl: float) -> Iterator[dict[str, str]]:
-    """A node agent on a temporary cluster file (``dbwrap-py check sqlite_leased
-    -o node_cache=yes``); yields the options that reach it."""
-    from dbwrap_py.nodecache.agent import NodeAgentProcess
-
+def throwaway_cluster_file() -> Iterator[dict[str, str]]:
+    """A cluster file in a temporary directory (``dbwrap-py check
+    sqlite_leased -o node_cache=yes``); yields the option that names it."""
     directory = Path(tempfile.mkdtemp(prefix="dbwrap-py-sqlite-cluster-"))
     try:
-        reach = {"cluster_file": str(directory / CLUSTER_FILE)}
-        with NodeAgentProcess(adapter, {**options, **reach}, directory / "node-cache", ttl=ttl) as agent:
-            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
+        yield {"cluster_file": str(directory / CLUSTER_FILE)}
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -522,23 +522,19 @@ class CassandraAdapter(LeasedAdapter):
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-node Cassandra, when no contact_points are given; with
-        node_cache, a node agent beside it."""
+        """A one-node Cassandra, when no contact_points are given."""
         if options.get("contact_points"):
             return None
-        return _throwaway_cluster(options)
+        from dbwrap_py.adapters._cassandra_server import throwaway_cluster
 
+        return throwaway_cluster()
 
-def _throwaway_cluster(options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]:
-    from dbwrap_py.adapters._cassandra_server import throwaway_cluster
-    from dbwrap_py.nodecache.agent import beside_throwaway_store
-
-    # the agent's lease at least 3 s: a whole-second TTL grants a second less
-    # (_cassandra_ownership), and at 2 s the lease it publishes would lapse
-    # between its keepalives
-    ours = {k: v for k, v in options.items() if k in CassandraAdapter.option_names}
-    return beside_throwaway_store("cassandra", throwaway_cluster, options, CassandraAdapter.option_names,
-                                  ttl=max(CassandraAdapter.lease_for(ours), 3.0))
+    @classmethod
+    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
+        """At least 3 s: a whole-second TTL grants a second less
+        (_cassandra_ownership), and at 2 s the lease a node agent publishes
+        would lapse between its keepalives."""
+        return max(cls.lease_for(options), 3.0)
 
 
 class _Openers:

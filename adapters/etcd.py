@@ -740,6 +740,11 @@ class EtcdAdapter(Adapter):
         return _throwaway_etcd(options)
 
     @classmethod
+    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
+        """A throwaway node agent's lease: the processes' lease_ttl."""
+        return float(Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1))
+
+    @classmethod
     def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
         """Requests etcd has handled, by gRPC method (its /metrics:
         grpc_server_handled_total), summed over every member; {} over TLS."""
@@ -818,22 +823,12 @@ def config_endpoints(options: Mapping[str, str]) -> str:
 
 @contextmanager
 def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """A one-node etcd; with node_cache, a node agent on a temporary cache dir too."""
-    from dbwrap_py.nodecache.agent import NodeAgentProcess
-    from dbwrap_py.nodecache.adapter import node_cache_mode
+    """A one-node etcd."""
     from dbwrap_py.adapters._etcd_server import EtcdCluster
 
     # throwaway_host: where it listens (not an adapter option; SambaCluster's)
     with EtcdCluster(nodes=1, host=str(options.get("throwaway_host", "127.0.0.1"))) as cluster:
-        reach = {"endpoints": cluster.endpoints}
-        parsed = Options(dict(options))
-        if node_cache_mode(parsed) is None or options.get("node_cache_dir"):
-            yield reach
-            return
-        agent_options = {k: v for k, v in options.items() if k in EtcdAdapter.option_names}
-        ttl = parsed.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
-        with NodeAgentProcess("etcd", {**agent_options, **reach}, ttl=ttl) as agent:
-            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
+        yield {"endpoints": cluster.endpoints}
 
 
 ADAPTER = EtcdAdapter

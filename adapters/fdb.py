@@ -369,17 +369,18 @@ class FdbAdapter(LeasedAdapter):
         if options.get("cluster_file"):
             return None
         if kind == "model":
-            from dbwrap_py.nodecache.agent import beside_throwaway_store
-
-            ours = {k: v for k, v in options.items() if k in cls.option_names}
-            return beside_throwaway_store("fdb", _throwaway_model, options, cls.option_names,
-                                          ttl=max(cls.lease_for(ours), 2.0))
+            return _throwaway_model()
         default = os.environ.get("FDB_CLUSTER_FILE") or DEFAULT_CLUSTER_FILE
         if not os.path.exists(default):
             raise ServerError(f"no FoundationDB cluster: give -o cluster_file=... ({default} does not "
                               "exist; a FoundationDB server cannot be started here), or "
                               "-o fdb_library=model for the model of FoundationDB")
         return None
+
+    @classmethod
+    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
+        """The records' lease, at least 2 s."""
+        return max(cls.lease_for(options), 2.0)
 
 
 def base_store_args(options: Options) -> StoreArgs:

@@ -504,20 +504,12 @@ class RadosAdapter(LeasedAdapter):
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-OSD memstore cluster, when the options name none; with
-        node_cache, a node agent beside it."""
+        """A one-OSD memstore cluster, when the options name none."""
         if options.get("conf") or options.get("mon_host"):
             return None
-        return _throwaway_cluster(options)
+        from dbwrap_py.adapters._rados_server import throwaway_cluster
 
-
-def _throwaway_cluster(options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]]:
-    from dbwrap_py.adapters._rados_server import throwaway_cluster
-    from dbwrap_py.nodecache.agent import beside_throwaway_store
-
-    ours = {k: v for k, v in options.items() if k in RadosAdapter.option_names}
-    return beside_throwaway_store("rados", throwaway_cluster, options, RadosAdapter.option_names,
-                                  ttl=RadosAdapter.lease_for(ours))
+        return throwaway_cluster()
 
 
 ADAPTER = RadosAdapter

@@ -175,11 +175,12 @@ class SqliteLeasedAdapter(LeasedAdapter):
 
     @classmethod
     def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A node agent on a temporary cluster file, for node_cache without a node_cache_dir."""
-        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+        """A temporary cluster file, for node_cache without a node_cache_dir
+        (the node agent the framework starts beside it shares it)."""
+        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir") \
+                or options.get("cluster_file"):
             return None
-        ours = {k: v for k, v in options.items() if k in cls.option_names}
-        return nodes.throwaway_agent("sqlite_leased", ours, ttl=cls.lease_for(ours))
+        return nodes.throwaway_cluster_file()
 
 
 ADAPTER = SqliteLeasedAdapter

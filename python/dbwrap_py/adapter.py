@@ -260,12 +260,23 @@ class Adapter(abc.ABC):
     def throwaway_server(
         cls, options: Mapping[str, str]
     ) -> AbstractContextManager[dict[str, str]] | None:
-        """A server to test against, when ``options`` name none.
+        """A store to test against, when ``options`` name none.
 
         An adapter whose backend can run on this machine returns a context
         manager that starts a throwaway server (127.0.0.1, temporary data,
         stopped by PID on exit) and yields the options that reach it, for
         example ``{"endpoints": "127.0.0.1:23790"}``. It returns None when
         the backend needs no server or ``options`` already give an endpoint.
+        The store only: the framework (servers.backend_options) starts what
+        sits beside it, a node agent for ``node_cache``, a node daemon for
+        ``transport=proxy``.
         """
         return None
+
+    @classmethod
+    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
+        """The node lease, in seconds, of a throwaway node agent on this
+        adapter's store (``node_cache`` in a test run)."""
+        from dbwrap_py.nodecache.agent import DEFAULT_TTL
+
+        return float(DEFAULT_TTL)

@@ -45,12 +45,13 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import DbwrapError
 from dbwrap_py.ntstatus import NAMES
-from dbwrap_py.options import shown_value
+from dbwrap_py.options import shown_options, shown_value
 from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options, serve_until_stopped
 
 if TYPE_CHECKING:
     from dbwrap_py import migrate
+    from dbwrap_py.conformance import SuiteRun
     from dbwrap_py.samba import SambaSetup
     from dbwrap_py.smbtorture import Comparison
 
@@ -134,23 +135,38 @@ def _adapter_options(pairs: Sequence[str]) -> dict[str, str]:
 def _cmd_check(args: argparse.Namespace) -> int:
     import json
 
-    from dbwrap_py.conformance import run_suite
-    from dbwrap_py.conformance.report import print_table
+    from dbwrap_py.conformance import run_suite, run_suites
 
     adapter = None if args.adapter == "native" else args.adapter
-    run = run_suite(adapter, _adapter_options(args.option), only=args.only or (),
-                    pythonpath=args.pythonpath or ())
-    print_table(run, sys.stdout)
+    options = _adapter_options(args.option)
+    variants = [_adapter_options(variant.split()) for variant in args.variant or ()]
+    if variants and adapter is None:
+        print("dbwrap-py check: --variant needs an adapter (native tdb has no options)", file=sys.stderr)
+        return 2
+    only, pythonpath = args.only or (), args.pythonpath or ()
+    runs = (run_suites(adapter, options, variants, only=only, pythonpath=pythonpath) if variants
+            else [run_suite(adapter, options, only=only, pythonpath=pythonpath)])
+    for index, run in enumerate(runs):
+        if variants:
+            added = shown_options(variants[index - 1]) if index else "none"
+            print(f"{chr(10) if index else ''}== table {index + 1} of {len(runs)}, options added: {added}")
+        _show_check(run, args.verbose)
     if args.json:
+        found = [{"target": run.target, "results": [r.__dict__ for r in run.results]} for run in runs]
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(
-            {"target": run.target, "results": [r.__dict__ for r in run.results]}, indent=1))
-    if args.verbose and run.log:
+        Path(args.json).write_text(json.dumps(found if variants else found[0], indent=1))
+    return 0 if all(run.ok for run in runs) else 1
+
+
+def _show_check(run: "SuiteRun", verbose: bool) -> None:
+    from dbwrap_py.conformance.report import print_table
+
+    print_table(run, sys.stdout)
+    if verbose and run.log:
         print("\nbridge log:\n" + run.log, end="")
     elif run.results and not run.names("pass") and run.log.strip():
         # nothing passed: the likely cause is one the bridge logged (-v shows all)
         print("cause (the bridge's first log lines):", *run.log.strip().splitlines()[:3], sep="\n  ")
-    return 0 if run.ok else 1
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
@@ -378,15 +394,14 @@ def _cmd_server(args: argparse.Namespace) -> int:
     """An adapter's throwaway server (with node_cache, its node agent too)
     until SIGTERM or Ctrl-C; prints the options that reach it."""
     options = _adapter_options(args.option)
-    server = find_adapter(args.adapter).throwaway_server(options)
-    if server is None:
+    if find_adapter(args.adapter).throwaway_server(options) is None:
         print(f"{args.adapter}: no throwaway server (it needs none, or endpoints were given)")
         return 1
 
     serve_until_stopped(
-        server,
+        backend_options(args.adapter, options),
         lambda reach: f"{args.adapter}: running; use:\n  " + " ".join(
-            f"-o {k}={v}" for k, v in {**{k: shown_value(k, v) for k, v in options.items()}, **reach}.items()),
+            f"-o {k}={shown_value(k, v)}" for k, v in reach.items()),
     )
     return 0
 
@@ -715,6 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("adapter", help="short name (tdb), dotted module, or 'native' for Samba's tdb")
     check.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                        help="adapter option (repeatable); give the endpoint to use your own server")
+    check.add_argument("--variant", action="append", metavar="'K=V ...'",
+                       help="also run the suite with these options added, on the same throwaway store "
+                            "(repeatable; e.g. --variant node_cache=yes)")
     check.add_argument("--only", action="append", metavar="CHECK", help="run one check (repeatable)")
     check.add_argument("--pythonpath", action="append", metavar="DIR",
                        help="folder to import the adapter from (repeatable)")

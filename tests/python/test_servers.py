@@ -73,3 +73,47 @@ def test_pause_returns_once_every_thread_has_stopped():
         os.kill(busy.pid, signal.SIGKILL)
         os.kill(busy.pid, signal.SIGCONT)
         busy.wait()
+
+
+def test_backend_options_put_a_node_agent_beside_a_throwaway_store():
+    """The framework, not the adapter, starts the node agent: sqlite_leased's
+    throwaway store is a cluster file, and node_cache=yes gets an agent on
+    it whose cache directory goes with the run."""
+    from pathlib import Path
+
+    from dbwrap_py.servers import backend_options
+
+    with backend_options("sqlite_leased", {"node_cache": "yes"}) as reach:
+        cache_dir = Path(reach["node_cache_dir"])
+        assert reach["cluster_file"] and (cache_dir / "agent.lock").exists()
+    assert not cache_dir.exists()
+    with backend_options("sqlite_leased", {}) as reach:
+        assert reach == {}  # nothing asked for, nothing started
+
+
+def test_variants_of_a_conformance_run_share_one_throwaway_store(monkeypatch):
+    """run_suites enters the adapter's throwaway store once for every table."""
+    import contextlib
+
+    from dbwrap_py.adapters.sqlite_leased import SqliteLeasedAdapter
+    from dbwrap_py.conformance import run_suites
+
+    entered = []
+    original = SqliteLeasedAdapter.throwaway_server.__func__
+
+    def counting(cls, options):
+        server = original(cls, options)
+        if server is None:
+            return None
+
+        @contextlib.contextmanager
+        def counted():
+            entered.append(dict(options))
+            with server as reach:
+                yield reach
+        return counted()
+
+    monkeypatch.setattr(SqliteLeasedAdapter, "throwaway_server", classmethod(counting))
+    runs = run_suites("sqlite_leased", {"node_cache": "yes"}, [{"lease": "3"}], only=["lock.counter"])
+    assert [run.ok for run in runs] == [True, True]
+    assert len(entered) == 1, entered

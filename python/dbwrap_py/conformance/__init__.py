@@ -10,6 +10,6 @@ examples in dbwrap_py.conformance.broken each break one rule, to prove the
 suite fails when it should.
 """
 
-from dbwrap_py.conformance.runner import CheckResult, SuiteRun, list_checks, run_suite
+from dbwrap_py.conformance.runner import CheckResult, SuiteRun, list_checks, run_suite, run_suites
 
-__all__ = ["CheckResult", "SuiteRun", "list_checks", "run_suite"]
+__all__ = ["CheckResult", "SuiteRun", "list_checks", "run_suite", "run_suites"]

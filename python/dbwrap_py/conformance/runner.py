@@ -162,3 +162,26 @@ def run_suite(
     if proc.returncode != 0:
         raise ConfigError(f"dbwrap_check exited {proc.returncode}: {proc.stderr.strip()}")
     return run
+
+
+def run_suites(
+    adapter: str,
+    options: Mapping[str, str],
+    variants: Sequence[Mapping[str, str]],
+    only: Sequence[str] = (),
+    pythonpath: Sequence[str] = (),
+) -> list[SuiteRun]:
+    """The suite on ``options``, then on each variant of them (its options
+    added, such as ``node_cache=yes``), all on one throwaway store when the
+    adapter starts one: a Cassandra or a Ceph starts once for every table.
+    Each table's databases have paths of their own, so their records never
+    meet in the store; what sits beside the store (a node agent, a node
+    daemon) is each table's own."""
+    server = find_adapter(adapter).throwaway_server(options)
+    with contextlib.ExitStack() as stack:
+        try:
+            reach = {} if server is None else stack.enter_context(server)
+        except ServerError as exc:
+            return [_all_skipped(adapter, only, f"needs a server, and none could be started: {exc}")]
+        return [run_suite(adapter, {**options, **variant, **reach}, only=only, pythonpath=pythonpath)
+                for variant in ({}, *variants)]

@@ -392,22 +392,22 @@ class NodeAgentProcess:
 
 
 @contextmanager
-def beside_throwaway_store(adapter: str, store: Callable[[], AbstractContextManager[dict[str, str]]],
-                           options: Mapping[str, str], option_names: Sequence[str],
-                           ttl: float) -> Iterator[dict[str, str]]:
-    """A throwaway store (``store()``, yielding the options that reach it)
-    and, if ``options`` ask for the node cache and name no cache directory,
-    a node agent of ``adapter`` beside it (lease ``ttl``); yields the options
-    that reach both. For adapters' ``throwaway_server``."""
+def agent_beside(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """A throwaway node agent of ``adapter`` on the store ``options`` reach,
+    when they ask for the node cache and name no cache directory (its node
+    lease: the adapter's ``throwaway_agent_ttl``); yields what to add to the
+    options, ``node_cache_dir``, or nothing. servers.backend_options puts
+    it beside every throwaway store, so no adapter starts its own."""
     from dbwrap_py.nodecache.adapter import node_cache_mode
+    from dbwrap_py.registry import find_adapter
 
-    with store() as reach:
-        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
-            yield reach
-            return
-        ours = {k: v for k, v in options.items() if k in option_names}
-        with NodeAgentProcess(adapter, {**ours, **reach}, ttl=ttl) as agent:
-            yield {**reach, "node_cache_dir": str(agent.cache_dir)}
+    if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+        yield {}
+        return
+    cls = find_adapter(adapter)
+    ours = {k: v for k, v in options.items() if k in cls.option_names}
+    with NodeAgentProcess(adapter, ours, ttl=cls.throwaway_agent_ttl(ours)) as agent:
+        yield {"node_cache_dir": str(agent.cache_dir)}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -158,12 +158,16 @@ def _group_gone(pgid: int, wait: float) -> bool:
 
 @contextlib.contextmanager
 def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """``options``, plus a throwaway server's endpoint when the adapter can
-    start one and ``options`` name none, and a throwaway proxy daemon's
-    socket for ``transport=proxy`` without ``proxy_socket``; they stop on exit."""
+    """``options``, plus what a run needs beside them, each started only when
+    they name none: the adapter's throwaway store (its endpoint), a node
+    agent on it for ``node_cache`` (its ``node_cache_dir``), and a node
+    daemon for ``transport=proxy`` (its ``proxy_socket``); they stop on exit."""
+    from dbwrap_py.nodecache.agent import agent_beside  # it imports this module
+
     with contextlib.ExitStack() as stack:
         server = find_adapter(adapter).throwaway_server(options)
         reach = dict(options) if server is None else {**options, **stack.enter_context(server)}
+        reach.update(stack.enter_context(agent_beside(adapter, reach)))
         if reach.get("transport") == "proxy" and not reach.get("proxy_socket"):
             from dbwrap_py.proxy.daemon import ProxyDaemonProcess  # its own threads: only when asked
             daemon = stack.enter_context(ProxyDaemonProcess())

@@ -64,5 +64,12 @@ setup(
             f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
             for name in ("cassandra", "etcd", "fdb", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
         ],
+        # what tests and benchmarks need of an adapter (a throwaway store, its
+        # counters), kept out of the adapter: dbwrap_py.testing.hooks
+        "dbwrap_py.testing": [
+            f"{name} = dbwrap_py.testing.servers.{module}:HOOKS"
+            for name, module in (("cassandra", "cassandra"), ("etcd", "etcd"), ("fdb", "fdb"), ("rados", "rados"),
+                                 ("scylla", "cassandra"), ("sqlite_leased", "sqlite_leased"))
+        ],
     },
 )

@@ -28,13 +28,9 @@ process asks again each time it tries the lock, which extends it).
 from __future__ import annotations
 
 import secrets
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
 
 from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Unavailable
@@ -324,14 +320,3 @@ class SqliteNodeStore(NodeStore):
     def close(self) -> None:
         for sql in self._connections:
             sql.conn.close()
-
-
-@contextmanager
-def throwaway_cluster_file() -> Iterator[dict[str, str]]:
-    """A cluster file in a temporary directory (``dbwrap-py check
-    sqlite_leased -o node_cache=yes``); yields the option that names it."""
-    directory = Path(tempfile.mkdtemp(prefix="dbwrap-py-sqlite-cluster-"))
-    try:
-        yield {"cluster_file": str(directory / CLUSTER_FILE)}
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)

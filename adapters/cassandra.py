@@ -70,7 +70,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
@@ -519,22 +518,6 @@ class CassandraAdapter(LeasedAdapter):
     def wipe_revision(self) -> int:
         """The node cache voids ownership tokens up to it."""
         return owning.wipe_revision(self.generation)
-
-    @classmethod
-    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-node Cassandra, when no contact_points are given."""
-        if options.get("contact_points"):
-            return None
-        from dbwrap_py.adapters._cassandra_server import throwaway_cluster
-
-        return throwaway_cluster()
-
-    @classmethod
-    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
-        """At least 3 s: a whole-second TTL grants a second less
-        (_cassandra_ownership), and at 2 s the lease a node agent publishes
-        would lapse between its keepalives."""
-        return max(cls.lease_for(options), 3.0)
 
 
 class _Openers:

@@ -57,10 +57,8 @@ import json
 import os
 import socket
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
@@ -725,77 +723,13 @@ class EtcdAdapter(Adapter):
         self._closed = True
         self._session = None
 
-    # -- for the conformance suite and the benchmarks -------------------------
+    # -- what it declares ------------------------------------------------------
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
         """lock_release_seconds follows the configured lease_ttl."""
         ttl = Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1)
         return dataclasses.replace(cls.capabilities, lock_release_seconds=ttl + LESSOR_TICK)
-
-    @classmethod
-    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        if options.get("endpoints"):
-            return None
-        return _throwaway_etcd(options)
-
-    @classmethod
-    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
-        """A throwaway node agent's lease: the processes' lease_ttl."""
-        return float(Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1))
-
-    @classmethod
-    def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
-        """Requests etcd has handled, by gRPC method (its /metrics:
-        grpc_server_handled_total), summed over every member; {} over TLS."""
-        totals: dict[str, int] = {}
-        for endpoint in config_endpoints(options).split(","):
-            if not endpoint or endpoint.startswith("https://"):
-                return {}
-            url = (endpoint if "://" in endpoint else "http://" + endpoint) + "/metrics"
-            with urllib.request.urlopen(url, timeout=10) as reply:
-                text = reply.read().decode()
-            for line in text.splitlines():
-                if line.startswith("grpc_server_handled_total{"):
-                    method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
-                    totals[method] = totals.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
-        return totals
-
-    @classmethod
-    def diagnose(cls, options: Mapping[str, str], shown: int = 5) -> list[str]:
-        """Pending release requests in full; record locks, bucket claims and
-        detached marks counted per database and holder, a few of each shown;
-        and a throwaway cluster's log."""
-        from dbwrap_py.adapters._etcd_server import RUNNING
-
-        parsed = Options(dict(options))
-        config = _Config.from_options(parsed)
-        prefix = parsed.get_str("prefix", DEFAULT_PREFIX).strip("/").encode() + b"/"
-        session = _Session(config)
-        try:
-            reply = session.transport.call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))},
-                                           time.monotonic() + config.op_timeout, True)
-        finally:
-            session.close()
-        requests, groups = [], {}
-        for kv in reply.get("kvs", []):
-            key, value, lease = _unb64(kv["key"]), _unb64(kv.get("value")), int(kv.get("lease", 0))
-            if b"/_nodes/" in key and b"/r/" in key:
-                requests.append(f"release request {key!r} (requester's lease {lease:x})")
-                continue
-            kind = next((name for part, name in ((b"/l/", "lock"), (b"/b/", "bucket claim"),
-                                                 (b"/x/", "detached mark")) if part in key), None)
-            if kind is not None:
-                db = key[len(prefix):].split(b"/", 1)[0]
-                groups.setdefault((db, kind, value), []).append(f"{key!r} lease {lease:x}")
-        lines = requests or ["(no release requests)"]
-        for (db, kind, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
-            lines.append(f"{len(keys)} {kind}(s) of {db!r} held by {holder!r}")
-            lines.extend(f"  {k}" for k in keys[:shown])
-        cluster = RUNNING.get(config_endpoints(options))
-        if cluster is not None:
-            lines += ["etcd's log (last lines):", *cluster.log_tail(20).splitlines()]
-        return lines
 
     # -- the node cache (dbwrap_py.nodecache.protocol) ------------------------
 
@@ -815,20 +749,6 @@ class EtcdAdapter(Adapter):
             return self._call(path, body, self._deadline(), idempotent)
 
         return EtcdOwnership(call, self.keys, self.config.op_timeout)
-
-
-def config_endpoints(options: Mapping[str, str]) -> str:
-    return str(options.get("endpoints", ""))
-
-
-@contextmanager
-def _throwaway_etcd(options: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """A one-node etcd."""
-    from dbwrap_py.adapters._etcd_server import EtcdCluster
-
-    # throwaway_host: where it listens (not an adapter option; SambaCluster's)
-    with EtcdCluster(nodes=1, host=str(options.get("throwaway_host", "127.0.0.1"))) as cluster:
-        yield {"endpoints": cluster.endpoints}
 
 
 ADAPTER = EtcdAdapter

@@ -47,7 +47,6 @@ import os
 import secrets
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType
 from typing import TypedDict
 
@@ -62,7 +61,6 @@ from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported,
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
-from dbwrap_py.servers import ServerError
 
 DEFAULT_LEASE = 2.0
 DEFAULT_PREFIX = "dbwrap_py"
@@ -358,30 +356,6 @@ class FdbAdapter(LeasedAdapter):
     def target_label(cls, name: str, options: Mapping[str, str]) -> str:
         return f"{name} (model)" if library.kind_of(options) == "model" else name
 
-    @classmethod
-    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """With fdb_library = model and no cluster_file: a model server for the
-        run. A real cluster is never started here: with fdb_library = real,
-        None when a cluster file is given or fdb's default one exists, and
-        otherwise ServerError (so the suite and the benchmarks skip with the
-        reason instead of failing every check)."""
-        kind = library.kind_of(options)
-        if options.get("cluster_file"):
-            return None
-        if kind == "model":
-            return _throwaway_model()
-        default = os.environ.get("FDB_CLUSTER_FILE") or DEFAULT_CLUSTER_FILE
-        if not os.path.exists(default):
-            raise ServerError(f"no FoundationDB cluster: give -o cluster_file=... ({default} does not "
-                              "exist; a FoundationDB server cannot be started here), or "
-                              "-o fdb_library=model for the model of FoundationDB")
-        return None
-
-    @classmethod
-    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
-        """The records' lease, at least 2 s."""
-        return max(cls.lease_for(options), 2.0)
-
 
 def base_store_args(options: Options) -> StoreArgs:
     """The store arguments every database of these options shares (db,
@@ -424,14 +398,6 @@ def open_store(fdb: ModuleType, args: StoreArgs) -> FdbStore:
         store.join_openers()
         store.keep_renewing()
     return store
-
-
-@contextmanager
-def _throwaway_model() -> Iterator[dict[str, str]]:
-    from dbwrap_py.testing.fdb_model.throwaway import model_server
-
-    with model_server() as cluster_file:
-        yield {"cluster_file": str(cluster_file)}
 
 
 ADAPTER = FdbAdapter

@@ -46,13 +46,11 @@ objects. A record lock here is refused while a live node owns the record
 from __future__ import annotations
 
 import errno
-import json
 import os
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 
 import rados
 
@@ -471,23 +469,6 @@ class RadosAdapter(LeasedAdapter):
         self._waits.watches.clear()
         self._opener_watch = None
 
-    @classmethod
-    def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
-        """Ops the OSDs have served (their perf counters), summed over the OSDs:
-        op_r reads, op_w writes, op_rw read-modify-writes (a cls call that writes)."""
-        client = rc.ClientConfig.from_options(options, 10.0).connect()
-        totals = {"osd_op_r": 0, "osd_op_w": 0, "osd_op_rw": 0}
-        try:
-            _, out, _ = client.mon_command(json.dumps({"prefix": "osd ls", "format": "json"}), b"")
-            for osd in json.loads(out):
-                _, out, _ = client.osd_command(osd, json.dumps({"prefix": "perf dump"}), b"")
-                perf = json.loads(out)["osd"]
-                for name in totals:
-                    totals[name] += int(perf[name[4:]])
-        finally:
-            client.shutdown()
-        return totals
-
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
 
     @classmethod
@@ -501,15 +482,6 @@ class RadosAdapter(LeasedAdapter):
         """This database's ownership operations, on this process's client."""
         return owning.RadosOwnership(self.ops, self.prefix, self.meta_oid, self.node_cache_id,
                                      self.objects, self.epoch, self.op_timeout)
-
-    @classmethod
-    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-OSD memstore cluster, when the options name none."""
-        if options.get("conf") or options.get("mon_host"):
-            return None
-        from dbwrap_py.adapters._rados_server import throwaway_cluster
-
-        return throwaway_cluster()
 
 
 ADAPTER = RadosAdapter

@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters import _sqlite_leased_ownership as nodes
 from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql, hold_open, let_go_open
 from dbwrap_py.errors import LockConflict
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, LeasedAdapter, LeaseSource, Keep
-from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);
@@ -172,15 +169,6 @@ class SqliteLeasedAdapter(LeasedAdapter):
 
     def ownership(self) -> nodes.SqliteOwnership:
         return nodes.SqliteOwnership(lambda: self.sql, self.node_cache_id, self.op_timeout)
-
-    @classmethod
-    def throwaway_server(cls, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A temporary cluster file, for node_cache without a node_cache_dir
-        (the node agent the framework starts beside it shares it)."""
-        if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir") \
-                or options.get("cluster_file"):
-            return None
-        return nodes.throwaway_cluster_file()
 
 
 ADAPTER = SqliteLeasedAdapter

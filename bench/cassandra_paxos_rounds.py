@@ -18,7 +18,7 @@ import time
 
 from cassandra.cluster import Cluster
 
-from dbwrap_py.adapters._cassandra_server import CassandraCluster
+from dbwrap_py.testing.servers.cassandra import CassandraCluster
 
 #: "Sending PAXOS2_PREPARE_REQ message to /127.0.0.2:7000 ..."
 SENT = re.compile(r"Sending (\w+?)_REQ message to")

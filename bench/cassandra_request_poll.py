@@ -43,7 +43,7 @@ from pathlib import Path
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.adapters._cassandra_server import CassandraCluster
+from dbwrap_py.testing.servers.cassandra import CassandraCluster
 from dbwrap_py.adapters.cassandra import CassandraAdapter
 from dbwrap_py.database import open_database
 from dbwrap_py.errors import DbwrapError

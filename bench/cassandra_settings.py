@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
 from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.adapters._cassandra_server import CassandraCluster
+from dbwrap_py.testing.servers.cassandra import CassandraCluster
 from dbwrap_py.adapters.cassandra import CassandraAdapter
 from dbwrap_py.options import Options
 

@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.daemon_only and not args.daemon_threads:
         parser.error("--daemon-only needs --daemon-threads")
 
-    from dbwrap_py.adapters._etcd_server import EtcdCluster
+    from dbwrap_py.testing.servers.etcd import EtcdCluster
 
     kinds = ["gateway"] + (["grpc"] if have_pyetcd() else [])
     if "grpc" not in kinds:

@@ -58,7 +58,7 @@ packages="
 #                                    throwaway Ceph's own probes (a venv with system
 #                                    site packages sees it)
 #   openjdk-17-jre-headless          java for the throwaway Cassandra (5.0 runs on JDK 11
-#                                    or 17; adapters/_cassandra_server.py); Debian 13 has
+#                                    or 17; python/dbwrap_py/testing/servers/cassandra.py); Debian 13 has
 #                                    no 17, and there openjdk-21-jre-headless runs it
 #   maven                            mvn fetches the throwaway Cassandra's jars from Maven
 #                                    Central once (Debian packages no Cassandra)

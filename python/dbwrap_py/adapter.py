@@ -28,7 +28,6 @@ import abc
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from dbwrap_py.errors import NotSupported
@@ -225,7 +224,7 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Release what the adapter holds; the database is not used again."""
 
-    # -- for the conformance suite and the benchmarks -----------------------
+    # -- what it declares (a test run's hooks: dbwrap_py.testing.hooks) ------
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
@@ -244,39 +243,3 @@ class Adapter(abc.ABC):
         """
         return name
 
-    @classmethod
-    def store_counters(cls, options: Mapping[str, str]) -> dict[str, int]:
-        """The backend's own request counters (name -> total so far), for the
-        benchmarks to report requests per SMB2 open+close. Optional."""
-        return {}
-
-    @classmethod
-    def diagnose(cls, options: Mapping[str, str]) -> list[str]:
-        """Lines that say what the backend holds now (locks, claims, requests,
-        a throwaway server's log), for a failed soak to print. Optional."""
-        return []
-
-    @classmethod
-    def throwaway_server(
-        cls, options: Mapping[str, str]
-    ) -> AbstractContextManager[dict[str, str]] | None:
-        """A store to test against, when ``options`` name none.
-
-        An adapter whose backend can run on this machine returns a context
-        manager that starts a throwaway server (127.0.0.1, temporary data,
-        stopped by PID on exit) and yields the options that reach it, for
-        example ``{"endpoints": "127.0.0.1:23790"}``. It returns None when
-        the backend needs no server or ``options`` already give an endpoint.
-        The store only: the framework (servers.backend_options) starts what
-        sits beside it, a node agent for ``node_cache``, a node daemon for
-        ``transport=proxy``.
-        """
-        return None
-
-    @classmethod
-    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
-        """The node lease, in seconds, of a throwaway node agent on this
-        adapter's store (``node_cache`` in a test run)."""
-        from dbwrap_py.nodecache.agent import DEFAULT_TTL
-
-        return float(DEFAULT_TTL)

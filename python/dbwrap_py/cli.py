@@ -394,7 +394,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
     """An adapter's throwaway server (with node_cache, its node agent too)
     until SIGTERM or Ctrl-C; prints the options that reach it."""
     options = _adapter_options(args.option)
-    if find_adapter(args.adapter).throwaway_server(options) is None:
+    from dbwrap_py.testing.hooks import hooks_for
+
+    if hooks_for(args.adapter).throwaway_server(options) is None:
         print(f"{args.adapter}: no throwaway server (it needs none, or endpoints were given)")
         return 1
 
@@ -409,7 +411,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
 def _cmd_ceph(args: argparse.Namespace) -> int:
     """A throwaway Ceph of ``--osds`` OSDs until SIGTERM or Ctrl-C; prints
     the rados adapter's options that reach it."""
-    from dbwrap_py.adapters import _rados_server
+    from dbwrap_py.testing.servers import rados as _rados_server
     from dbwrap_py.servers import ServerError
 
     try:
@@ -422,7 +424,7 @@ def _cmd_ceph(args: argparse.Namespace) -> int:
 def _cmd_cassandra(args: argparse.Namespace) -> int:
     """A throwaway Cassandra of ``--nodes`` nodes until SIGTERM or Ctrl-C;
     prints the cassandra adapter's options that reach it."""
-    from dbwrap_py.adapters import _cassandra_server
+    from dbwrap_py.testing.servers import cassandra as _cassandra_server
     from dbwrap_py.servers import ServerError
 
     try:

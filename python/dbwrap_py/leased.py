@@ -113,11 +113,6 @@ class LeasedAdapter(Adapter):
         return float(math.ceil(seconds)) if cls.lease_source is LeaseSource.SERVER_TTL else seconds
 
     @classmethod
-    def throwaway_agent_ttl(cls, options: Mapping[str, str]) -> float:
-        """A throwaway node agent's lease: the records' lease."""
-        return cls.lease_for(options)
-
-    @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
         """A killed holder's lock is free when the store ends its lease."""
         return dataclasses.replace(

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import ThrowawaySamba
 from dbwrap_py.servers import backend_options
 from dbwrap_py.smbtorture import Rates, path_contention, setup_for
+from dbwrap_py.testing.hooks import hooks_for
 
 _TAIL = 40
 
@@ -123,7 +123,7 @@ def _report(adapter: str, options: Mapping[str, str], index: int, n: int, rates:
     lines = [f"== point {index + 1} failed ({n} connections): why"]
     lines += [f"   {c}" for c in rates.cause]
     lines += [f"== what {adapter} holds now"]
-    lines += [f"   {l}" for l in find_adapter(adapter).diagnose(options)]
+    lines += [f"   {l}" for l in hooks_for(adapter).diagnose(options)]
     lines += ["== locks on the node's local tdb files now"]
     lines += [f"   {l}" for l in local_lock_holders(cache_dir)]
     lines += ["== smbd's log during the point (last lines)"]

@@ -97,7 +97,7 @@ def cassandra_server() -> Iterator[Any]:
     """One one-node throwaway Cassandra for the run (see the module docstring)."""
     pytest.importorskip("cassandra")
     from dbwrap_py.adapters import _cassandra_client as cc
-    from dbwrap_py.adapters._cassandra_server import CassandraCluster
+    from dbwrap_py.testing.servers.cassandra import CassandraCluster
 
     with CassandraCluster(nodes=1) as cluster:
         yield cluster
@@ -172,7 +172,7 @@ def etcd_server(pytestconfig: pytest.Config) -> Iterator[str]:
     if endpoints is not None:
         yield endpoints
         return
-    from dbwrap_py.adapters._etcd_server import EtcdCluster
+    from dbwrap_py.testing.servers.etcd import EtcdCluster
 
     with EtcdCluster(nodes=1) as cluster:
         yield cluster.endpoints
@@ -193,7 +193,7 @@ def ceph_server(pytestconfig: pytest.Config) -> Iterator[dict[str, str]]:
     if reach is not None:
         yield reach
         return
-    from dbwrap_py.adapters._rados_server import CephCluster
+    from dbwrap_py.testing.servers.rados import CephCluster
 
     with CephCluster(osds=1) as cluster:
         yield cluster.options()

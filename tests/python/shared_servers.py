@@ -69,7 +69,7 @@ class ControllerServers:
         from dbwrap_py.servers import ServerError
 
         try:
-            from dbwrap_py.adapters._etcd_server import EtcdCluster
+            from dbwrap_py.testing.servers.etcd import EtcdCluster
 
             etcd = EtcdCluster(nodes=1)
             etcd.start()
@@ -78,7 +78,7 @@ class ControllerServers:
         except ServerError as exc:
             self.errors.append(f"etcd: {exc}")
         try:
-            from dbwrap_py.adapters._rados_server import CephCluster
+            from dbwrap_py.testing.servers.rados import CephCluster
 
             ceph = CephCluster(osds=1)
             ceph.start()

@@ -16,7 +16,7 @@ pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402
 from dbwrap_py.adapters import _cassandra_client as cc  # noqa: E402
-from dbwrap_py.adapters._cassandra_server import CassandraCluster  # noqa: E402
+from dbwrap_py.testing.servers.cassandra import CassandraCluster  # noqa: E402
 from dbwrap_py.adapters.cassandra import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402

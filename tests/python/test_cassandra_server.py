@@ -1,4 +1,4 @@
-"""The throwaway Cassandra (adapters/_cassandra_server.py) against real nodes.
+"""The throwaway Cassandra (python/dbwrap_py/testing/servers/cassandra.py) against real nodes.
 
 A one-node cluster for CQL, auth and the CLI; a three-node one (RF 3) for
 a node killed and brought back. The jars come from Maven once (the first
@@ -29,8 +29,8 @@ from cassandra.auth import PlainTextAuthProvider  # noqa: E402
 from cassandra.cluster import Cluster, NoHostAvailable, Session  # noqa: E402
 from cassandra.query import SimpleStatement  # noqa: E402
 
-from dbwrap_py.adapters import _cassandra_server  # noqa: E402
-from dbwrap_py.adapters._cassandra_server import CassandraCluster, CassandraError  # noqa: E402
+from dbwrap_py.testing.servers import cassandra as _cassandra_server  # noqa: E402
+from dbwrap_py.testing.servers.cassandra import CassandraCluster, CassandraError  # noqa: E402
 from listening_sockets import listening  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.skipif(

@@ -33,7 +33,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
-from dbwrap_py.adapters._etcd_server import EtcdCluster
+from dbwrap_py.testing.servers.etcd import EtcdCluster
 from dbwrap_py.servers import pause_process
 from shared_servers import PrefixedEtcd
 
@@ -608,8 +608,10 @@ def test_throwaway_server(etcd):
     cls = find_adapter("etcd")
     assert cls.declared_capabilities({"lease_ttl": "3"}).lock_release_seconds == 3.5
     assert cls.declared_capabilities({}).lock_release_seconds == cls.capabilities.lock_release_seconds
-    assert cls.throwaway_server({"endpoints": etcd.endpoints}) is None
-    server = cls.throwaway_server({})
+    from dbwrap_py.testing.hooks import hooks_for
+
+    assert hooks_for("etcd").throwaway_server({"endpoints": etcd.endpoints}) is None
+    server = hooks_for("etcd").throwaway_server({})
     assert server is not None
     with server as options:
         db = open_database("/throwaway.tdb", 0, 0, RW, 0o600, 0, 0, "etcd",

@@ -22,7 +22,7 @@ from test_etcd import TDB_REPLACE, Child, open_etcd, put  # the same helpers as 
 
 from dbwrap_py.database import Database
 from dbwrap_py.errors import AccessDenied, Timeout, Unavailable
-from dbwrap_py.adapters._etcd_server import EtcdCluster, EtcdTls
+from dbwrap_py.testing.servers.etcd import EtcdCluster, EtcdTls
 from dbwrap_py.servers.tls import KeyPair, Pki, issue, make_ca, make_pki
 
 pytestmark = pytest.mark.server

@@ -1,4 +1,4 @@
-"""The rados adapter on a throwaway Ceph with cephx (adapters/_rados_server.py,
+"""The rados adapter on a throwaway Ceph with cephx (python/dbwrap_py/testing/servers/rados.py,
 ``auth="cephx"``): a restricted user's credentials reach the cluster, and a
 wrong key, missing caps or a keyring without the user fail with typed errors
 and without waiting."""
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.server
 rados = pytest.importorskip("rados", reason="python3-rados (Debian) is not installed")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters._rados_server import CephCluster  # noqa: E402
+from dbwrap_py.testing.servers.rados import CephCluster  # noqa: E402
 from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402

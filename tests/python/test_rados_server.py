@@ -1,4 +1,4 @@
-"""The throwaway Ceph (adapters/_rados_server.py) against its real daemons.
+"""The throwaway Ceph (python/dbwrap_py/testing/servers/rados.py) against its real daemons.
 
 One cluster per shape for the module: one OSD (pool size 1) and three OSDs
 (size 3, min_size 2) for the faults: a SIGKILLed OSD, a stopped mon.
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.server
 
 rados = pytest.importorskip("rados", reason="python3-rados (Debian) is not installed")
 
-from dbwrap_py.adapters._rados_server import CephCluster, CephError  # noqa: E402
+from dbwrap_py.testing.servers.rados import CephCluster, CephError  # noqa: E402
 from listening_sockets import listening  # noqa: E402
 
 #: seconds a test client waits for one op: short, so a fault shows as an error

@@ -28,7 +28,7 @@ def test_without_scylla_driver_the_dialect_refuses_to_open(tmp_path):
 def test_with_scylla_driver_on_cassandra_the_dialect_works_as_cassandra(tmp_path):
     if not cc.scylla_driver():
         pytest.skip("needs scylla-driver: .venv-scylla/bin/python -m pytest (make venv-scylla)")
-    from dbwrap_py.adapters._cassandra_server import CassandraCluster
+    from dbwrap_py.testing.servers.cassandra import CassandraCluster
 
     with CassandraCluster(nodes=1) as cluster:
         db = ScyllaAdapter(DatabaseSpec(str(tmp_path / "t.tdb"), tdb_flags=TDB_CLEAR_IF_FIRST),

@@ -24,7 +24,7 @@ from test_etcd import open_etcd, put
 
 from dbwrap_py.adapters import _cassandra_client as cc
 from dbwrap_py.adapters._etcd_client import _Config as EtcdConfig
-from dbwrap_py.adapters._etcd_server import EtcdCluster, EtcdTls
+from dbwrap_py.testing.servers.etcd import EtcdCluster, EtcdTls
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.nodecache.agent import OPTIONS_FILE, NodeAgentProcess, main as agent_main, read_options_file
 from dbwrap_py.options import REDACTED, Options, password_of, read_secret_file, shown_options
@@ -345,7 +345,7 @@ def test_cassandra_tls_checks_the_host_name_and_carries_the_password(tmp_path):
     the same CA for another address (a server posing as this one): refused
     on the name; tls_check_hostname = no keeps the CA check alone, which
     lets it through."""
-    from dbwrap_py.adapters._cassandra_server import CassandraCluster, CassandraTls
+    from dbwrap_py.testing.servers.cassandra import CassandraCluster, CassandraTls
     from dbwrap_py.database import open_database
 
     pki = make_pki(tmp_path / "pki")

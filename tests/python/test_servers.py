@@ -95,14 +95,15 @@ def test_variants_of_a_conformance_run_share_one_throwaway_store(monkeypatch):
     """run_suites enters the adapter's throwaway store once for every table."""
     import contextlib
 
-    from dbwrap_py.adapters.sqlite_leased import SqliteLeasedAdapter
     from dbwrap_py.conformance import run_suites
+    from dbwrap_py.testing.hooks import hooks_for
 
+    hooks = hooks_for("sqlite_leased")
     entered = []
-    original = SqliteLeasedAdapter.throwaway_server.__func__
+    original = hooks.throwaway_server
 
-    def counting(cls, options):
-        server = original(cls, options)
+    def counting(options):
+        server = original(options)
         if server is None:
             return None
 
@@ -113,7 +114,32 @@ def test_variants_of_a_conformance_run_share_one_throwaway_store(monkeypatch):
                 yield reach
         return counted()
 
-    monkeypatch.setattr(SqliteLeasedAdapter, "throwaway_server", classmethod(counting))
+    monkeypatch.setattr(hooks, "throwaway_server", counting)
     runs = run_suites("sqlite_leased", {"node_cache": "yes"}, [{"lease": "3"}], only=["lock.counter"])
     assert [run.ok for run in runs] == [True, True]
     assert len(entered) == 1, entered
+
+
+def test_an_adapter_without_hooks_gets_the_defaults():
+    """tdb has no test hooks: no throwaway store, nothing counted."""
+    from dbwrap_py.testing.hooks import TestHooks, hooks_for
+
+    assert type(hooks_for("tdb")) is TestHooks
+    assert hooks_for("tdb").throwaway_server({}) is None and hooks_for("tdb").store_counters({}) == {}
+
+
+def test_no_runtime_module_imports_a_throwaway_server():
+    """The adapters, the daemon, the agent and the CLI load no throwaway
+    server or test hook: those are found by name only when a run asks."""
+    import json
+    import subprocess
+    import sys
+
+    modules = ["dbwrap_py.database", "dbwrap_py.proxy.daemon", "dbwrap_py.nodecache.agent", "dbwrap_py.cli",
+               *(f"dbwrap_py.adapters.{name}" for name in
+                 ("tdb", "memory", "sqlite", "sqlite_leased", "etcd", "rados", "cassandra", "fdb"))]
+    code = ("import importlib, json, sys\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('dbwrap_py.testing'))))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(run.stdout) == []

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.samba import PERSISTENT_DATABASES, TEST_USER, SambaSetup, ThrowawaySamba
-from dbwrap_py.adapters._etcd_server import EtcdCluster
+from dbwrap_py.testing.servers.etcd import EtcdCluster
 
 REGISTRY_SHARE = "regshare"
 COMMENT = "carried across backends"
@@ -148,7 +148,7 @@ def test_persistent_databases_on_rados_serve_smbd_and_copy_back_to_tdb():
     on a throwaway Ceph from the first run: the tools write them through the
     bridge, a second smbd on the same folder serves them, and ``dbwrap-py
     copy`` brings them back to native tdb."""
-    from dbwrap_py.adapters._rados_server import CephCluster
+    from dbwrap_py.testing.servers.rados import CephCluster
 
     with CephCluster(osds=1) as ceph:
         options = ceph.options()

@@ -48,6 +48,7 @@ from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SambaError
 from dbwrap_py.servers import ServerError
 from dbwrap_py.smbtorture import path_contention_unclist
+from dbwrap_py.testing.hooks import hooks_for
 
 CTDB = "ctdb"
 NODES = 3
@@ -114,7 +115,7 @@ def _needs_server(name: str) -> bool:
     """Whether the adapter's backend is a server (every node reaches it),
     not files on one host (tdb, sqlite: each node would have its own)."""
     try:
-        return find_adapter(name).throwaway_server(ADAPTER_DEFAULTS.get(name, {})) is not None
+        return hooks_for(name).throwaway_server(ADAPTER_DEFAULTS.get(name, {})) is not None
     except ServerError:
         return True  # a server that cannot run here: it is skipped with its reason
     except DbwrapError:
@@ -291,11 +292,11 @@ def _counters(config: Configuration, cluster: SambaCluster) -> Callable[[], dict
     """The backend's request counters (none for ctdb)."""
     if config.adapter is None:
         return dict
-    adapter, reach = find_adapter(config.adapter), dict(cluster.backend_options)
+    hooks, reach = hooks_for(config.adapter), dict(cluster.backend_options)
 
     def counters() -> dict[str, int]:
         try:
-            return adapter.store_counters(reach)
+            return hooks.store_counters(reach)
         except Exception:  # counters are a by-product: never fail a point for them
             return {}
 

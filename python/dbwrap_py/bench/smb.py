@@ -45,7 +45,7 @@ class Point:
     round_index: int = 0
     #: why the point failed, one cause per line (smbd's log, smbtorture), else empty
     error: str = ""
-    #: the backend's own requests per open+close, by kind (Adapter.store_counters)
+    #: the backend's own requests per open+close, by kind (its test hooks' store_counters)
     store_requests: dict[str, float] = field(default_factory=dict)
 
     def failure_lines(self) -> list[str]:
@@ -146,9 +146,9 @@ class Backend:
         """The backend's own request counters (none for native tdb)."""
         if self.adapter is None:
             return {}
-        from dbwrap_py.registry import find_adapter
+        from dbwrap_py.testing.hooks import hooks_for
 
-        return find_adapter(self.adapter).store_counters(self.options)
+        return hooks_for(self.adapter).store_counters(self.options)
 
     def setup(self) -> SambaSetup:
         if self.adapter is None:

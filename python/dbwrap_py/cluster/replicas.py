@@ -54,7 +54,7 @@ class EtcdMembers(BackendReplicas):
     replica = "etcd member"
 
     def cluster(self) -> Any:
-        from dbwrap_py.adapters._etcd_server import EtcdCluster
+        from dbwrap_py.testing.servers.etcd import EtcdCluster
 
         return EtcdCluster(nodes=3, heartbeat_ms=100, election_ms=1000)
 
@@ -71,7 +71,7 @@ class CephOsds(BackendReplicas):
     replica = "Ceph OSD"
 
     def cluster(self) -> Any:
-        from dbwrap_py.adapters._rados_server import CephCluster
+        from dbwrap_py.testing.servers.rados import CephCluster
 
         return CephCluster(osds=3)
 
@@ -86,7 +86,7 @@ class CassandraNodes(BackendReplicas):
     replica = "Cassandra node"
 
     def cluster(self) -> Any:
-        from dbwrap_py.adapters._cassandra_server import CassandraCluster
+        from dbwrap_py.testing.servers.cassandra import CassandraCluster
 
         return CassandraCluster(nodes=3)
 

@@ -51,6 +51,7 @@ from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SHARE, TEST_USER, SambaSetup, ThrowawaySamba
 from dbwrap_py.servers import StartStop
 from dbwrap_py.smbtorture import PERSISTENT_GLOBAL
+from dbwrap_py.testing.hooks import hooks_for
 
 #: the databases of share modes, byte-range locks and leases
 LOCKING_DATABASES = ("locking.tdb", "brlock.tdb", "leases.tdb")
@@ -278,7 +279,7 @@ class SambaCluster(StartStop):
             else:
                 if self.network is not None:  # the nodes reach the caller's namespace only at the bridge
                     without_cache["throwaway_host"] = self.network.bridge_address
-                server = cls.throwaway_server(without_cache)
+                server = hooks_for(adapter).throwaway_server(without_cache)
                 reach = {**options, **(stack.enter_context(server) if server is not None else {})}
             if node_cache_mode(Options(dict(options))) is not None:
                 from dbwrap_py.nodecache.agent import NodeAgentProcess  # only with the cache

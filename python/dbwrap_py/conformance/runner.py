@@ -25,6 +25,7 @@ from dbwrap_py.nodecache.adapter import declared_capabilities
 from dbwrap_py.paths import bridge_environment, build_dir
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.servers import ServerError, backend_options
+from dbwrap_py.testing.hooks import hooks_for
 
 #: the whole suite is bounded; each check is bounded inside the driver
 SUITE_TIMEOUT_SECONDS = 1800
@@ -177,7 +178,7 @@ def run_suites(
     Each table's databases have paths of their own, so their records never
     meet in the store; what sits beside the store (a node agent, a node
     daemon) is each table's own."""
-    server = find_adapter(adapter).throwaway_server(options)
+    server = hooks_for(adapter).throwaway_server(options)
     with contextlib.ExitStack() as stack:
         try:
             reach = {} if server is None else stack.enter_context(server)

@@ -163,9 +163,10 @@ def backend_options(adapter: str, options: Mapping[str, str]) -> Iterator[dict[s
     agent on it for ``node_cache`` (its ``node_cache_dir``), and a node
     daemon for ``transport=proxy`` (its ``proxy_socket``); they stop on exit."""
     from dbwrap_py.nodecache.agent import agent_beside  # it imports this module
+    from dbwrap_py.testing.hooks import hooks_for
 
     with contextlib.ExitStack() as stack:
-        server = find_adapter(adapter).throwaway_server(options)
+        server = hooks_for(adapter).throwaway_server(options)
         reach = dict(options) if server is None else {**options, **stack.enter_context(server)}
         reach.update(stack.enter_context(agent_beside(adapter, reach)))
         if reach.get("transport") == "proxy" and not reach.get("proxy_socket"):

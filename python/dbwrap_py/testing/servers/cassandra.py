@@ -47,7 +47,7 @@ Settings chosen for tests:
   and sees every other one.
 
 ``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT
-(``python -m dbwrap_py.adapters._cassandra_server --nodes 3``, or
+(``python -m dbwrap_py.testing.servers.cassandra --nodes 3``, or
 ``dbwrap-py cassandra --nodes 3``).
 """
 
@@ -67,12 +67,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
+from dbwrap_py.testing.hooks import LeasedHooks
 
 VERSION = "5.0.8"
 #: node i listens on HOSTS[i]: the loopback is all of 127/8 on Linux
@@ -804,7 +806,7 @@ def throwaway_cluster(nodes: int = 1, *, paxos_variant: str = "v2",
 def main(argv: Sequence[str] | None = None) -> int:
     """A throwaway Cassandra of ``--nodes`` nodes until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="python -m dbwrap_py.adapters._cassandra_server",
+        prog="python -m dbwrap_py.testing.servers.cassandra",
         description="a throwaway Apache Cassandra on 127.0.0.1-3 until SIGTERM or Ctrl-C")
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3))
     parser.add_argument("--paxos-variant", default="v2", choices=PAXOS_VARIANTS)
@@ -821,6 +823,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_until_stopped(CassandraCluster(nodes=args.nodes, paxos_variant=args.paxos_variant, auth=args.auth),
                         banner)
     return 0
+
+
+class CassandraHooks(LeasedHooks):
+    """The cassandra adapter's test hooks, and the scylla dialect's
+    (dbwrap_py.testing.hooks). A node agent's lease is at least 3 s: a
+    whole-second TTL grants a second less (_cassandra_ownership), and at 2 s
+    the lease an agent publishes would lapse between its keepalives."""
+
+    def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """A one-node Cassandra, when no contact_points are given."""
+        if options.get("contact_points"):
+            return None
+        return throwaway_cluster()
+
+
+HOOKS = CassandraHooks("cassandra", minimum=3.0)
 
 
 if __name__ == "__main__":

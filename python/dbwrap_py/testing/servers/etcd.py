@@ -21,7 +21,7 @@ to the data directories, and every member dies with the process that started
 it (PR_SET_PDEATHSIG), so an interrupted test run leaves no server behind.
 
 ``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT
-(``python -m dbwrap_py.adapters._etcd_server --nodes 3``; ``dbwrap-py server
+(``python -m dbwrap_py.testing.servers.etcd --nodes 3``; ``dbwrap-py server
 etcd`` runs a one-member one the way the tests do).
 """
 
@@ -40,13 +40,16 @@ import ssl
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped
+from dbwrap_py.testing.hooks import TestHooks
 
 HOST = "127.0.0.1"
 #: how many revisions auto-compaction keeps (a paged scan pins one revision)
@@ -443,7 +446,7 @@ def _b64(data: bytes) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """A throwaway etcd of ``--nodes`` members until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="python -m dbwrap_py.adapters._etcd_server", description="a throwaway etcd on 127.0.0.1 until SIGTERM or Ctrl-C"
+        prog="python -m dbwrap_py.testing.servers.etcd", description="a throwaway etcd on 127.0.0.1 until SIGTERM or Ctrl-C"
     )
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3, 5))
     args = parser.parse_args(argv)
@@ -455,6 +458,94 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     serve_until_stopped(EtcdCluster(nodes=args.nodes), banner)
     return 0
+
+
+class EtcdHooks(TestHooks):
+    """The etcd adapter's test hooks (dbwrap_py.testing.hooks)."""
+
+    def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """A one-node etcd, when the options name no endpoints
+        (``throwaway_host``: where it listens; not an adapter option)."""
+        if options.get("endpoints"):
+            return None
+        return _one_node(str(options.get("throwaway_host", "127.0.0.1")))
+
+    def throwaway_agent_ttl(self, options: Mapping[str, str]) -> float:
+        """The processes' lease_ttl."""
+        from dbwrap_py.adapters._etcd_client import DEFAULT_LEASE_TTL
+        from dbwrap_py.options import Options
+
+        return float(Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1))
+
+    def store_counters(self, options: Mapping[str, str]) -> dict[str, int]:
+        """Requests etcd has handled, by gRPC method (its /metrics:
+        grpc_server_handled_total), summed over every member; {} over TLS."""
+        totals: dict[str, int] = {}
+        for endpoint in str(options.get("endpoints", "")).split(","):
+            if not endpoint or endpoint.startswith("https://"):
+                return {}
+            url = (endpoint if "://" in endpoint else "http://" + endpoint) + "/metrics"
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                text = reply.read().decode()
+            for line in text.splitlines():
+                if line.startswith("grpc_server_handled_total{"):
+                    method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
+                    totals[method] = totals.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return totals
+
+    def diagnose(self, options: Mapping[str, str], shown: int = 5) -> list[str]:
+        """Pending release requests in full; record locks, bucket claims and
+        detached marks counted per database and holder, a few of each shown;
+        and a throwaway cluster's log."""
+        lines = _requests_and_holds(options, shown)
+        cluster = RUNNING.get(str(options.get("endpoints", "")))
+        if cluster is not None:
+            lines += ["etcd's log (last lines):", *cluster.log_tail(20).splitlines()]
+        return lines
+
+
+@contextmanager
+def _one_node(host: str) -> Iterator[dict[str, str]]:
+    with EtcdCluster(nodes=1, host=host) as cluster:
+        yield {"endpoints": cluster.endpoints}
+
+
+def _requests_and_holds(options: Mapping[str, str], shown: int) -> list[str]:
+    """What the store holds under the prefix: release requests, and record
+    locks, bucket claims and detached marks grouped by database and holder."""
+    from dbwrap_py.adapters._etcd_client import _b64, _Config, _Session, _unb64
+    from dbwrap_py.adapters._etcd_keys import prefix_end
+    from dbwrap_py.adapters.etcd import DEFAULT_PREFIX
+    from dbwrap_py.options import Options
+
+    parsed = Options(dict(options))
+    config = _Config.from_options(parsed)
+    prefix = parsed.get_str("prefix", DEFAULT_PREFIX).strip("/").encode() + b"/"
+    session = _Session(config)
+    try:
+        reply = session.transport.call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))},
+                                       time.monotonic() + config.op_timeout, True)
+    finally:
+        session.close()
+    requests, groups = [], {}
+    for kv in reply.get("kvs", []):
+        key, value, lease = _unb64(kv["key"]), _unb64(kv.get("value")), int(kv.get("lease", 0))
+        if b"/_nodes/" in key and b"/r/" in key:
+            requests.append(f"release request {key!r} (requester's lease {lease:x})")
+            continue
+        kind = next((name for part, name in ((b"/l/", "lock"), (b"/b/", "bucket claim"),
+                                             (b"/x/", "detached mark")) if part in key), None)
+        if kind is not None:
+            db = key[len(prefix):].split(b"/", 1)[0]
+            groups.setdefault((db, kind, value), []).append(f"{key!r} lease {lease:x}")
+    lines = requests or ["(no release requests)"]
+    for (db, kind, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
+        lines.append(f"{len(keys)} {kind}(s) of {db!r} held by {holder!r}")
+        lines.extend(f"  {k}" for k in keys[:shown])
+    return lines
+
+
+HOOKS = EtcdHooks()
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ Objects written while the mon is down still go through (a client needs the
 mon only for a new map, a mon command or connecting).
 
 ``main(argv)`` runs one cluster in the foreground until SIGTERM or SIGINT
-(``python -m dbwrap_py.adapters._rados_server --osds 3``, or
+(``python -m dbwrap_py.testing.servers.rados --osds 3``, or
 ``dbwrap-py ceph --osds 3``).
 """
 
@@ -78,12 +78,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
+from dbwrap_py.testing.hooks import LeasedHooks
 
 HOST = "127.0.0.1"
 POOL = "dbwrap_py"
@@ -706,7 +708,7 @@ def throwaway_cluster(osds: int = 1) -> Iterator[dict[str, str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """A throwaway Ceph with ``--osds`` OSDs until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="python -m dbwrap_py.adapters._rados_server",
+        prog="python -m dbwrap_py.testing.servers.rados",
         description="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until SIGTERM or Ctrl-C")
     parser.add_argument("--osds", type=int, default=1, choices=(1, 3))
     parser.add_argument("--auth", default="none", choices=AUTH_MODES)
@@ -724,6 +726,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     serve_until_stopped(CephCluster(osds=args.osds, auth=args.auth), banner)
     return 0
+
+
+class RadosHooks(LeasedHooks):
+    """The rados adapter's test hooks (dbwrap_py.testing.hooks)."""
+
+    def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
+        """A one-OSD memstore cluster, when the options name none."""
+        if options.get("conf") or options.get("mon_host"):
+            return None
+        return throwaway_cluster()
+
+    def store_counters(self, options: Mapping[str, str]) -> dict[str, int]:
+        """Ops the OSDs have served (their perf counters), summed over the OSDs:
+        op_r reads, op_w writes, op_rw read-modify-writes (a cls call that writes)."""
+        from dbwrap_py.adapters import _rados_client as rc
+
+        client = rc.ClientConfig.from_options(options, 10.0).connect()
+        totals = {"osd_op_r": 0, "osd_op_w": 0, "osd_op_rw": 0}
+        try:
+            _, out, _ = client.mon_command(json.dumps({"prefix": "osd ls", "format": "json"}), b"")
+            for osd in json.loads(out):
+                _, out, _ = client.osd_command(osd, json.dumps({"prefix": "perf dump"}), b"")
+                perf = json.loads(out)["osd"]
+                for name in totals:
+                    totals[name] += int(perf[name[4:]])
+        finally:
+            client.shutdown()
+        return totals
+
+
+HOOKS = RadosHooks("rados")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ deps: ## install the Debian packages that are missing (scripts/install-deps.sh)
 # code (and its C extensions, built in place).
 venv: $(VENV)/.installed ## the .venv with dbwrap_py installed editable
 
-$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/_tdb*.[ch]) \
+$(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/tdb/_tdb*.[ch]) \
                    $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
                    python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
@@ -503,7 +503,7 @@ test-torture: all ## smbtorture on one configuration: TORTURE_CONFIG=etcd,node_c
 # every call an NTSTATUS, and hang up where it must. Its broken example
 # (build/proxy_client_broken) runs in tests/python/test_proxy_client.py.
 # Last, 15 s of malformed HTTP replies from a fake etcd gateway at the etcd
-# adapter's client (adapters/_etcd_client.py): every call returns its type or
+# adapter's client (adapters/etcd/client.py): every call returns its type or
 # raises a typed error, within its timeout, without allocating what a reply
 # claims. Its broken example runs in tests/python/test_etcd_client.py.
 test-fuzz-proxy: all ## 30 s of malformed requests at a throwaway node daemon, 20 s of malformed replies at the C client, 15 s at the etcd client

@@ -1,8 +1,9 @@
 """Install the dbwrap_py package and its adapters into the project's venv.
 
 The package lives in python/dbwrap_py; the adapters in the top-level adapters/
-folder are installed as dbwrap_py.adapters, so that a short name such as
-"tdb" resolves to dbwrap_py.adapters.tdb.
+folder (a package each, or a module for the one-file ones) are installed as
+dbwrap_py.adapters, so that a short name such as "tdb" resolves to
+dbwrap_py.adapters.tdb.
 """
 
 from setuptools import Extension, find_packages, setup
@@ -11,11 +12,11 @@ from setuptools import Extension, find_packages, setup
 # TdbRecords (the adapter's record operations, some twenty per SMB2 open
 # and close, and the same for the bridge as native records)
 tdb = Extension(
-    "dbwrap_py.adapters._tdb",
-    sources=["adapters/_tdb.c", "adapters/_tdb_file.c", "adapters/_tdb_record_methods.c",
-             "adapters/_tdb_native.c"],
+    "dbwrap_py.adapters.tdb._tdb",
+    sources=["adapters/tdb/_tdb.c", "adapters/tdb/_tdb_file.c", "adapters/tdb/_tdb_record_methods.c",
+             "adapters/tdb/_tdb_native.c"],
     include_dirs=["c_bridge"],  # native_records.h: the bridge's C interface
-    depends=["adapters/_tdb.h", "c_bridge/native_records.h"],
+    depends=["adapters/tdb/_tdb.h", "c_bridge/native_records.h"],
     libraries=["tdb", "talloc"],
 )
 
@@ -33,8 +34,8 @@ records = Extension(
 nodecache_fastpath = Extension(
     "dbwrap_py.nodecache._fastpath",
     sources=["python/dbwrap_py/nodecache/_fastpath.c", "python/dbwrap_py/nodecache/_core.c"],
-    include_dirs=["c_bridge", "adapters"],  # native_records.h; _tdb_api.h
-    depends=["c_bridge/native_records.h", "adapters/_tdb_api.h",
+    include_dirs=["c_bridge", "adapters/tdb"],  # native_records.h; _tdb_api.h
+    depends=["c_bridge/native_records.h", "adapters/tdb/_tdb_api.h",
              "python/dbwrap_py/nodecache/_core.h", "python/dbwrap_py/nodecache/_layout.h"],
     libraries=["tdb", "talloc", "z"],
 )
@@ -45,7 +46,8 @@ setup(
     description="Samba dbwrap backends written in Python",
     python_requires=">=3.11",
     # every package under python/ (a new one cannot be left out of `make deb`)
-    packages=[*find_packages("python"), "dbwrap_py.adapters"],
+    packages=[*find_packages("python"), "dbwrap_py.adapters",
+              *(f"dbwrap_py.adapters.{name}" for name in find_packages("adapters"))],
     package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
     ext_modules=[records, tdb, nodecache_fastpath],
     # an adapter's client library, where it is not Debian's (rados): one
@@ -61,8 +63,10 @@ setup(
         "pytest11": ["dbwrap_py_conformance = dbwrap_py.conformance.pytest_plugin"],
         # short names for dbwrap_py:module; a third-party package adds its own
         "dbwrap_py.adapters": [
-            f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
-            for name in ("cassandra", "etcd", "fdb", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
+            f"{name} = dbwrap_py.adapters.{module}:ADAPTER"
+            for name, module in (("cassandra", "cassandra"), ("etcd", "etcd"), ("fdb", "fdb"), ("memory", "memory"),
+                                 ("rados", "rados"), ("scylla", "cassandra.scylla"), ("sqlite", "sqlite"),
+                                 ("sqlite_leased", "sqlite_leased"), ("tdb", "tdb"))
         ],
         # what tests and benchmarks need of an adapter (a throwaway store, its
         # counters), kept out of the adapter: dbwrap_py.testing.hooks

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
-from dbwrap_py.adapters import _cassandra_client as cc
+from dbwrap_py.adapters.cassandra import client as cc
 from dbwrap_py.testing.servers.cassandra import CassandraCluster
-from dbwrap_py.adapters.cassandra import CassandraAdapter
+from dbwrap_py.adapters.cassandra.adapter import CassandraAdapter
 from dbwrap_py.options import Options
 
 #: (consistency, serial_consistency); ONE reads a single replica, so a plain

@@ -5,7 +5,7 @@ Runs this project's hot path, one record lock cycle as do_locked does it
 throwaway 1-member etcd, with:
 
   gateway  the etcd adapter itself: etcd's gRPC-JSON gateway over the adapter's
-           own small HTTP/1.1 client (adapters/_etcd_client.py);
+           own small HTTP/1.1 client (adapters/etcd/client.py);
   grpc     etcd-sdk-python (``pyetcd``, gRPC) sending the same three requests:
            the same lock txn, the same fenced write-and-unlock txn, the same read.
 
@@ -100,7 +100,7 @@ class PooledTransport:
     """
 
     def __init__(self, config: Any) -> None:
-        from dbwrap_py.adapters._etcd_client import _Transport
+        from dbwrap_py.adapters.etcd.client import _Transport
 
         self._make = lambda: _Transport(config)
         self.config = config

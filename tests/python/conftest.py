@@ -96,7 +96,7 @@ class Keyspaced:
 def cassandra_server() -> Iterator[Any]:
     """One one-node throwaway Cassandra for the run (see the module docstring)."""
     pytest.importorskip("cassandra")
-    from dbwrap_py.adapters import _cassandra_client as cc
+    from dbwrap_py.adapters.cassandra import client as cc
     from dbwrap_py.testing.servers.cassandra import CassandraCluster
 
     with CassandraCluster(nodes=1) as cluster:

@@ -4,7 +4,7 @@ part of them (tests/python/conftest.py says when they start, and why).
 A module sees a shared server through its own prefix: the etcd and rados
 adapters put every key or object of theirs under option ``prefix`` (the
 records, locks, node leases, node registrations and release requests:
-adapters/_etcd_keys.py, adapters/rados.py, adapters/_rados_ownership.py),
+adapters/etcd/keys.py, adapters/rados/adapter.py, adapters/rados/ownership.py),
 so two modules that both name their node agents "a" and "b" never meet.
 """
 

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _cassandra_client as cc  # noqa: E402
+from dbwrap_py.adapters.cassandra import client as cc  # noqa: E402
 from dbwrap_py.testing.servers.cassandra import CassandraCluster  # noqa: E402
-from dbwrap_py.adapters.cassandra import CassandraAdapter  # noqa: E402
+from dbwrap_py.adapters.cassandra.adapter import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 from lease_renewal import assert_renewal_keeps_the_lock  # noqa: E402

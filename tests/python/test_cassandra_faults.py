@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _cassandra_client as cc  # noqa: E402
+from dbwrap_py.adapters.cassandra import client as cc  # noqa: E402
 from dbwrap_py.testing.servers.cassandra import CassandraCluster  # noqa: E402
-from dbwrap_py.adapters.cassandra import CassandraAdapter  # noqa: E402
+from dbwrap_py.adapters.cassandra.adapter import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.ntstatus import NT_STATUS_DEVICE_NOT_READY, NT_STATUS_IO_TIMEOUT  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402

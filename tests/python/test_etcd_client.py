@@ -1,4 +1,4 @@
-"""The etcd adapter's HTTP client (adapters/_etcd_client.py) on bad replies.
+"""The etcd adapter's HTTP client (adapters/etcd/client.py) on bad replies.
 
 No etcd: a fake JSON gateway on 127.0.0.1 (dbwrap_py.testing.fuzz_etcd_client)
 answers each request with a script. The tests under "found by the fuzzer"
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dbwrap_py.adapters import _etcd_client as client
+from dbwrap_py.adapters.etcd import client as client
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.testing.fuzz_etcd_client import (
     EtcdFuzzReport,

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import dbwrap_py.testing.fdb_model as fdb_model
-from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters.fdb import library as library
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
-from dbwrap_py.adapters.fdb import FdbAdapter
+from dbwrap_py.adapters.fdb.adapter import FdbAdapter
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import ConfigError, FencedOut, InvalidParameter, Timeout
 from dbwrap_py.options import Options
@@ -67,7 +67,7 @@ def test_the_node_cache_on_a_real_cluster_is_refused_until_its_leases_are_safe(t
 
 OPEN_THEN_USE = """
 import os, sys
-from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters.fdb import library as library
 from dbwrap_py.database import open_database
 db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                    ["fdb_library=model", "cluster_file=" + sys.argv[1]])
@@ -361,7 +361,8 @@ def test_a_relay_ends_with_the_child_that_started_it(cluster_file: Path, tmp_pat
 
 PARENT_THEN_CHILDREN = """
 import os, sys, time
-from dbwrap_py.adapters import _fdb_library as library, _fdb_store
+from dbwrap_py.adapters.fdb import library as library
+from dbwrap_py.adapters.fdb import store as _fdb_store
 from dbwrap_py.database import open_database
 _fdb_store.OPENER_TTL = 1.0  # so that a child's opener key lapses within the test
 db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
@@ -402,7 +403,7 @@ def test_a_volatile_database_lives_while_the_parent_that_opened_it_does(
 
 OPEN_AND_WAIT = """
 import os, sys
-from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.adapters.fdb.keeper import KeeperClient
 from dbwrap_py.database import open_database
 db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                    ["fdb_library=model", "cluster_file=" + sys.argv[1]])
@@ -458,7 +459,7 @@ def test_closing_leaves_the_openers_and_a_later_open_wipes(cluster_file: Path, t
 
 OPEN_MANY = """
 import os, sys, time
-from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.adapters.fdb.keeper import KeeperClient
 from dbwrap_py.database import open_database
 dbs = [open_database(sys.argv[2] + str(i), 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                      ["fdb_library=model", "cluster_file=" + sys.argv[1]]) for i in range(12)]
@@ -481,7 +482,7 @@ def test_one_keeper_serves_every_database_of_its_process(cluster_file: Path, tmp
 
 PARENT_WITH_CACHE = """
 import os, sys
-from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters.fdb import library as library
 from dbwrap_py.database import open_database
 db = open_database(sys.argv[2], 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                    ["fdb_library=model", "cluster_file=" + sys.argv[1], "node_cache=yes",
@@ -522,7 +523,7 @@ def test_a_hung_relay_fails_the_call_in_time_and_is_replaced(cluster_file: Path,
     if pid == 0:
         report = "unexpected"
         try:
-            from dbwrap_py.adapters import _fdb_relay
+            from dbwrap_py.adapters.fdb import relay as _fdb_relay
 
             _fdb_relay.REPLY_SLACK = 0.5  # the call may take op_timeout + transaction_timeout + this
             db.adapter.get(b"k")
@@ -565,8 +566,8 @@ def test_a_hung_relay_fails_the_call_in_time_and_is_replaced(cluster_file: Path,
 #: so a failure is reported, not waited on.
 KEEPER_STOPPED = """
 import os, signal, sys
-from dbwrap_py.adapters import _fdb_keeper
-from dbwrap_py.adapters._fdb_keeper import KeeperClient
+from dbwrap_py.adapters.fdb import keeper as _fdb_keeper
+from dbwrap_py.adapters.fdb.keeper import KeeperClient
 from dbwrap_py.database import open_database
 from dbwrap_py.errors import Timeout
 from dbwrap_py.servers import pause_process

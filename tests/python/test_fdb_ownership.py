@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
-from dbwrap_py.adapters._fdb_ownership import FdbNodeStore
-from dbwrap_py.adapters.fdb import FdbAdapter
+from dbwrap_py.adapters.fdb.ownership import FdbNodeStore
+from dbwrap_py.adapters.fdb.adapter import FdbAdapter
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import OwnedElsewhere
 from dbwrap_py.options import Options

@@ -54,7 +54,7 @@ class EtcdBackend:
         """Record locks, bucket claims and detached marks the node holds in etcd, under the prefix."""
         import base64
 
-        from dbwrap_py.adapters._etcd_keys import prefix_end
+        from dbwrap_py.adapters.etcd.keys import prefix_end
         from test_etcd import b64, raw_call
 
         prefix = self.shared.prefix.encode() + b"/"
@@ -137,8 +137,8 @@ class RadosBackend:
 
     def holdings(self, node: bytes) -> int:
         """Record locks and bucket claims the node holds on a live lease, in every object under the prefix."""
-        from dbwrap_py.adapters import _rados_client as rc
-        from dbwrap_py.adapters._rados_ownership import Leases, parse_holder
+        from dbwrap_py.adapters.rados import client as rc
+        from dbwrap_py.adapters.rados.ownership import Leases, parse_holder
 
         ops = rc.Ops(rc.ClientConfig.from_options(self.options(), 5.0))
         leases = Leases(ops, self.shared.prefix)
@@ -178,8 +178,8 @@ class CassandraBackend:
 
     def holdings(self, node: bytes) -> int:
         """Record locks and bucket claims the node holds on a live lease, in every database."""
-        from dbwrap_py.adapters import _cassandra_client as cc
-        from dbwrap_py.adapters._cassandra_ownership import parse_holder
+        from dbwrap_py.adapters.cassandra import client as cc
+        from dbwrap_py.adapters.cassandra.ownership import parse_holder
 
         config = cc.ClientConfig.from_options(Options(self.options()), 5.0)
         client = cc.Client(config)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from dbwrap_py.adapters._fdb_ownership import FdbOwnership
+from dbwrap_py.adapters.fdb.ownership import FdbOwnership
 from dbwrap_py.database import Database
 from dbwrap_py.nodecache import sync
 from dbwrap_py.nodecache.agent import NodeAgentProcess
@@ -49,7 +49,7 @@ def stored_version(backend, direct: Database, key: bytes) -> int:
         adapter.io.stat(adapter.oid_of(key))
         return adapter.io.get_last_version()
     if backend.adapter == "cassandra":
-        from dbwrap_py.adapters import _cassandra_client as cc
+        from dbwrap_py.adapters.cassandra import client as cc
 
         cql = f"SELECT WRITETIME(v) AS written FROM {adapter.config.keyspace}.node_volatile " \
               "WHERE db = ? AND bucket = ? AND k = ?"
@@ -182,8 +182,8 @@ def test_a_polled_request_outlives_its_expiry_while_the_asking_node_lives():
     that gone means served. One asked beside it and not polled expires."""
     import threading
 
-    from dbwrap_py.adapters._fdb_ownership import REQUEST_SECONDS
-    from dbwrap_py.adapters.fdb import FdbAdapter
+    from dbwrap_py.adapters.fdb.ownership import REQUEST_SECONDS
+    from dbwrap_py.adapters.fdb.adapter import FdbAdapter
     from dbwrap_py.options import Options
 
     db_id, polled, left = b"locking.tdb@keepalive", sync.sync_key(b"b"), b"not polled"

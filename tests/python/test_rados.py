@@ -20,9 +20,9 @@ pytestmark = pytest.mark.server
 rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
+from dbwrap_py.adapters.rados import client as rc  # noqa: E402
 from dbwrap_py.testing.servers.rados import CephCluster  # noqa: E402
-from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError, FencedOut, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 from shared_servers import PrefixedCeph  # noqa: E402

@@ -20,7 +20,7 @@ rados = pytest.importorskip("rados", reason="python3-rados (Debian) is not insta
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
 from dbwrap_py.testing.servers.rados import CephCluster  # noqa: E402
-from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 

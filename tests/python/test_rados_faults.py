@@ -15,7 +15,7 @@ pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, DatabaseSpec  # noqa: E402
 from dbwrap_py.testing.servers.rados import CephCluster  # noqa: E402
-from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 

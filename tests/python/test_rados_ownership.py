@@ -16,9 +16,9 @@ pytestmark = pytest.mark.server
 rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _rados_client as rc  # noqa: E402
-from dbwrap_py.adapters._rados_ownership import RadosNodeStore, node_oid, request_entry  # noqa: E402
-from dbwrap_py.adapters.rados import RadosAdapter  # noqa: E402
+from dbwrap_py.adapters.rados import client as rc  # noqa: E402
+from dbwrap_py.adapters.rados.ownership import RadosNodeStore, node_oid, request_entry  # noqa: E402
+from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
 from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters import _cassandra_client as cc  # noqa: E402
-from dbwrap_py.adapters.scylla import ScyllaAdapter  # noqa: E402
+from dbwrap_py.adapters.cassandra import client as cc  # noqa: E402
+from dbwrap_py.adapters.cassandra.scylla import ScyllaAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 

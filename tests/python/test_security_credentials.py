@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from test_etcd import open_etcd, put
 
-from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.adapters._etcd_client import _Config as EtcdConfig
+from dbwrap_py.adapters.cassandra import client as cc
+from dbwrap_py.adapters.etcd.client import _Config as EtcdConfig
 from dbwrap_py.testing.servers.etcd import EtcdCluster, EtcdTls
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.nodecache.agent import OPTIONS_FILE, NodeAgentProcess, main as agent_main, read_options_file
@@ -81,7 +81,7 @@ def test_password_in_config_dataclasses_repr_is_redacted():
 
 
 def test_cephx_key_in_rados_client_settings_repr_is_redacted():
-    rados_client = pytest.importorskip("dbwrap_py.adapters._rados_client")
+    rados_client = pytest.importorskip("dbwrap_py.adapters.rados.client")
     key = "AQBfake+cephx+key+do+not+print=="
     config = rados_client.ClientConfig(settings=(("key", key), ("mon_host", "127.0.0.1")), user="admin", pool="p")
     assert key not in repr(config) and REDACTED in repr(config) and "127.0.0.1" in repr(config)

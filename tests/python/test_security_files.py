@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
-from dbwrap_py.adapters._sqlite_leased_ownership import SqliteNodeStore
+from dbwrap_py.adapters.sqlite_leased.ownership import SqliteNodeStore
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import UnsafePath
 from dbwrap_py.nodecache.agent import NodeAgent, NodeAgentProcess
@@ -277,7 +277,7 @@ def test_naming_an_open_sqlite_file_again_keeps_this_processs_sqlite_locks(tmp_p
 START_BOTH_HELPERS = """
 import os, sys
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
-from dbwrap_py.adapters import _fdb_library as library
+from dbwrap_py.adapters.fdb import library as library
 from dbwrap_py.database import open_database
 cluster_file, name = sys.argv[1:]
 db = open_database(name, 0, TDB_CLEAR_IF_FIRST, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",

@@ -470,8 +470,8 @@ RECORD_METHODS = ("get", "put", "lock", "unlock", "try_lock", "lock_get", "put_u
 def test_the_class_you_read_is_what_runs(db):
     """The record methods are the C base class's, found on the class: none is
     installed on the instance, and TdbAdapter defines none of its own."""
-    from dbwrap_py.adapters._tdb import TdbRecords
-    from dbwrap_py.adapters.tdb import TdbAdapter
+    from dbwrap_py.adapters.tdb._tdb import TdbRecords
+    from dbwrap_py.adapters.tdb.adapter import TdbAdapter
 
     adapter = db.adapter
     assert type(adapter) is TdbAdapter
@@ -485,7 +485,7 @@ def test_the_class_you_read_is_what_runs(db):
 
 def test_no_ctypes_and_no_python3_tdb():
     """The adapter's one way into tdb is its own extension."""
-    from dbwrap_py.adapters import tdb as tdb_adapter
+    from dbwrap_py.adapters.tdb import adapter as tdb_adapter
 
     source = inspect.getsource(tdb_adapter)
     assert "ctypes" not in source

@@ -40,7 +40,7 @@ def etcd_bytes(options: Mapping[str, str]) -> int:
 def rados_bytes(options: Mapping[str, str]) -> int:
     import rados
 
-    from dbwrap_py.adapters._rados_client import ClientConfig
+    from dbwrap_py.adapters.rados.client import ClientConfig
 
     config = ClientConfig.from_options(options, 10.0)
     client = config.connect()
@@ -94,7 +94,7 @@ def _cell_bytes(value: object) -> int:
 
 
 def cassandra_bytes(options: Mapping[str, str]) -> int:
-    from dbwrap_py.adapters._cassandra_client import ClientConfig, session_for
+    from dbwrap_py.adapters.cassandra.client import ClientConfig, session_for
 
     config = ClientConfig.from_options(Options(dict(options)), 30.0)
     session = session_for(config).session

@@ -797,7 +797,7 @@ PyMODINIT_FUNC PyInit__fastpath(void)
 		return NULL;
 	}
 	/* PyCapsule_Import walks attributes: the module must be imported first */
-	errors = PyImport_ImportModule("dbwrap_py.adapters._tdb");
+	errors = PyImport_ImportModule("dbwrap_py.adapters.tdb._tdb");
 	if (errors == NULL) {
 		return NULL;
 	}

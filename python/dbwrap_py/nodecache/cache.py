@@ -73,7 +73,7 @@ def open_local(path: Path, mode: int = 0o600):
     which is most of an owned record's cost. The files outlive their
     openers (the node owns what they hold), so no TDB_CLEAR_IF_FIRST."""
     from dbwrap_py.adapter import TDB_INCOMPATIBLE_HASH, TDB_MUTEX_LOCKING, TDB_SEQNUM, DatabaseSpec
-    from dbwrap_py.adapters.tdb import TdbAdapter, mutexes_supported
+    from dbwrap_py.adapters.tdb.adapter import TdbAdapter, mutexes_supported
     from dbwrap_py.options import Options
 
     flags = TDB_SEQNUM | TDB_INCOMPATIBLE_HASH | (TDB_MUTEX_LOCKING if mutexes_supported() else 0)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from dbwrap_py.registry import find_adapter
 
 _Reach = TypeVar("_Reach")
 _Self = TypeVar("_Self", bound="StartStop")

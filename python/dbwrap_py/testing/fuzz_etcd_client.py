@@ -2,7 +2,7 @@
 
     python -m dbwrap_py.testing.fuzz_etcd_client [--broken] [SECONDS [SEED]]
 
-The client is adapters/_etcd_client.py: a minimal HTTP/1.1 client for
+The client is adapters/etcd/client.py: a minimal HTTP/1.1 client for
 etcd's v3 JSON gateway. This runs its calls, one at a time, against a fake
 gateway on 127.0.0.1 (a thread of this process) that answers the first
 request of each call with one case: a valid reply (with a length, chunked,
@@ -19,7 +19,7 @@ The calls: a range (its keys and values decoded by ``_unb64``), a put, a
 txn, a lease grant (``_Session.lease``), a keepalive round
 (``_Session._refresh``), a log-in then a range (a user's first request),
 and a watch (``_Transport.open_stream`` and ``read_chunk``
-up to its deadline, as adapters/etcd.py's lock wait reads it).
+up to its deadline, as adapters/etcd/adapter.py's lock wait reads it).
 
 It fails when a call
 
@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbwrap_py.adapters import _etcd_client as client
+from dbwrap_py.adapters.etcd import client as client
 from dbwrap_py.errors import DbwrapError
 
 #: the client's op_timeout here: a silent case costs this much
@@ -632,7 +632,7 @@ class _Calls:
         return None if isinstance(reply, dict) else f"a reply of type {type(reply).__name__}"
 
     def range(self) -> str | None:
-        """A range, its keys and values decoded (``_unb64``) as adapters/etcd.py does."""
+        """A range, its keys and values decoded (``_unb64``) as adapters/etcd/adapter.py does."""
         key = client._b64(b"dbwrap/foo")
         reply = self.session.transport.call("/v3/kv/range", {"key": key}, self._deadline(), True)
         kvs = reply.get("kvs") if isinstance(reply, dict) else None
@@ -680,7 +680,7 @@ class _Calls:
         return self._dict(reply)
 
     def watch(self) -> str | None:
-        """As adapters/etcd.py's lock wait reads it: chunks up to the deadline."""
+        """As adapters/etcd/adapter.py's lock wait reads it: chunks up to the deadline."""
         deadline = self._deadline()
         body = {"create_request": {"key": client._b64(b"k"), "start_revision": "13", "filters": ["NOPUT"]}}
         conn = self.session.transport.open_stream("/v3/watch", body, deadline)

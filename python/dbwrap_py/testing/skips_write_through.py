@@ -8,8 +8,8 @@ dbwrap_py.testing.skips_write_through``)."""
 
 from __future__ import annotations
 
-from dbwrap_py.adapters._etcd_ownership import EtcdOwnership
-from dbwrap_py.adapters.etcd import EtcdAdapter
+from dbwrap_py.adapters.etcd.ownership import EtcdOwnership
+from dbwrap_py.adapters.etcd.adapter import EtcdAdapter
 
 
 class _SkippingOwnership(EtcdOwnership):

@@ -4,7 +4,7 @@ the data of the process that took the lock after it."""
 
 from __future__ import annotations
 
-from dbwrap_py.adapters.sqlite_leased import SqliteLeasedAdapter
+from dbwrap_py.adapters.sqlite_leased.adapter import SqliteLeasedAdapter
 
 
 class NoFencingAdapter(SqliteLeasedAdapter):

@@ -472,7 +472,7 @@ class EtcdHooks(TestHooks):
 
     def throwaway_agent_ttl(self, options: Mapping[str, str]) -> float:
         """The processes' lease_ttl."""
-        from dbwrap_py.adapters._etcd_client import DEFAULT_LEASE_TTL
+        from dbwrap_py.adapters.etcd.client import DEFAULT_LEASE_TTL
         from dbwrap_py.options import Options
 
         return float(Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1))
@@ -513,9 +513,9 @@ def _one_node(host: str) -> Iterator[dict[str, str]]:
 def _requests_and_holds(options: Mapping[str, str], shown: int) -> list[str]:
     """What the store holds under the prefix: release requests, and record
     locks, bucket claims and detached marks grouped by database and holder."""
-    from dbwrap_py.adapters._etcd_client import _b64, _Config, _Session, _unb64
-    from dbwrap_py.adapters._etcd_keys import prefix_end
-    from dbwrap_py.adapters.etcd import DEFAULT_PREFIX
+    from dbwrap_py.adapters.etcd.client import _b64, _Config, _Session, _unb64
+    from dbwrap_py.adapters.etcd.keys import prefix_end
+    from dbwrap_py.adapters.etcd.adapter import DEFAULT_PREFIX
     from dbwrap_py.options import Options
 
     parsed = Options(dict(options))

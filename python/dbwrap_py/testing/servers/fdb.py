@@ -20,8 +20,8 @@ class FdbHooks(LeasedHooks):
         None when a cluster file is given or fdb's default one exists, and
         otherwise ServerError (so the suite and the benchmarks skip with the
         reason instead of failing every check)."""
-        from dbwrap_py.adapters import _fdb_library as library
-        from dbwrap_py.adapters.fdb import DEFAULT_CLUSTER_FILE
+        from dbwrap_py.adapters.fdb import library as library
+        from dbwrap_py.adapters.fdb.adapter import DEFAULT_CLUSTER_FILE
 
         if options.get("cluster_file"):
             return None

@@ -740,7 +740,7 @@ class RadosHooks(LeasedHooks):
     def store_counters(self, options: Mapping[str, str]) -> dict[str, int]:
         """Ops the OSDs have served (their perf counters), summed over the OSDs:
         op_r reads, op_w writes, op_rw read-modify-writes (a cls call that writes)."""
-        from dbwrap_py.adapters import _rados_client as rc
+        from dbwrap_py.adapters.rados import client as rc
 
         client = rc.ClientConfig.from_options(options, 10.0).connect()
         totals = {"osd_op_r": 0, "osd_op_w": 0, "osd_op_rw": 0}

@@ -28,7 +28,7 @@ class SqliteLeasedHooks(LeasedHooks):
 
 @contextmanager
 def _cluster_file() -> Iterator[dict[str, str]]:
-    from dbwrap_py.adapters._sqlite_leased_ownership import CLUSTER_FILE
+    from dbwrap_py.adapters.sqlite_leased.ownership import CLUSTER_FILE
 
     directory = Path(tempfile.mkdtemp(prefix="dbwrap-py-sqlite-cluster-"))
     try:

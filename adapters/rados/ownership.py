@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import rados
 
-from dbwrap_py.adapters import _rados_client as rc
+from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.errors import LockConflict, Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from dbwrap_py.adapters._etcd_client import _b64, _Config, _Transport, _unb64
-from dbwrap_py.adapters._etcd_keys import (
+from dbwrap_py.adapters.etcd.client import _b64, _Config, _Transport, _unb64
+from dbwrap_py.adapters.etcd.keys import (
     DatabaseKeys,
     marker_node,
     node_marker,

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql
+from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken

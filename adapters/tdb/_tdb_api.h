@@ -1,5 +1,5 @@
 /*
- * What other C extensions may ask of dbwrap_py.adapters._tdb, through its
+ * What other C extensions may ask of dbwrap_py.adapters.tdb._tdb, through its
  * `api` capsule: the node cache's fast path (python/dbwrap_py/nodecache/
  * _fastpath.c) works on local tdb files the tdb adapter opened, shared
  * with its Python side.
@@ -11,7 +11,7 @@
 #include <Python.h>
 #include <tdb.h>
 
-#define DBWRAP_PY_TDB_API "dbwrap_py.adapters._tdb.api"
+#define DBWRAP_PY_TDB_API "dbwrap_py.adapters.tdb._tdb.api"
 #define DBWRAP_PY_TDB_API_VERSION 1
 
 struct dbwrap_py_tdb_api {

@@ -53,7 +53,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dbwrap_py.adapters import _cassandra_client as cc
+from dbwrap_py.adapters.cassandra import client as cc
 from dbwrap_py.errors import LockConflict, Timeout
 from dbwrap_py.nodecache.layout import BUCKETS, bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken

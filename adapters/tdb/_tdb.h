@@ -1,5 +1,5 @@
 /*
- * dbwrap_py.adapters._tdb: the tdb adapter's one way into libtdb.
+ * dbwrap_py.adapters.tdb._tdb: the tdb adapter's one way into libtdb.
  *
  * TdbFile is one open tdb in this process (_tdb_file.c): open, reopen
  * after fork, close, and the database-wide operations. TdbRecords is the

@@ -4,7 +4,7 @@ network thread.
 That thread cannot be used in the child (fork() copied none of it) nor
 started again there (libfdb_c allows one per process image). So such a
 child runs its database operations in a relay: a fresh interpreter started
-with exec (``python -I -m dbwrap_py.adapters._fdb_relay`` in ``/``, by
+with exec (``python -I -m dbwrap_py.adapters.fdb.relay`` in ``/``, by
 ``start_python_module``: no module planted in the child's directory is
 imported), which opens its own store and network and answers calls on its
 stdin and stdout, one length-prefixed ``marshal`` frame each way. It ends
@@ -29,7 +29,7 @@ from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
-    from dbwrap_py.adapters.fdb import StoreArgs
+    from dbwrap_py.adapters.fdb.adapter import StoreArgs
 
 _HEADER = struct.Struct(">I")
 #: beyond the longest a call may take by its own limits, before its relay counts as hung
@@ -120,7 +120,7 @@ class RelayStore(RemoteStore):
         self._reply_timeout = longest_call + REPLY_SLACK
         self.gone = False
         try:
-            self._process = start_python_module("dbwrap_py.adapters._fdb_relay", dying=True,
+            self._process = start_python_module("dbwrap_py.adapters.fdb.relay", dying=True,
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             raise Unavailable(f"FoundationDB relay process could not start: {exc}") from exc
@@ -160,8 +160,8 @@ class RelayStore(RemoteStore):
 
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """The relay's side: open the store, then answer calls until EOF."""
-    from dbwrap_py.adapters import _fdb_library as library
-    from dbwrap_py.adapters.fdb import open_store
+    from dbwrap_py.adapters.fdb import library as library
+    from dbwrap_py.adapters.fdb.adapter import open_store
 
     store = None
     while True:

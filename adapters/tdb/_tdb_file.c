@@ -2,7 +2,7 @@
  * TdbFile: one open tdb in this process.
  *
  * tdb_open fails with EBUSY when a process opens one file twice, so the
- * adapter shares one TdbFile between the opens of a file (adapters/tdb.py
+ * adapter shares one TdbFile between the opens of a file (adapters/tdb/adapter.py
  * keeps that bookkeeping). The TdbRecords of each open keep a copy of the
  * context, for the hot path; the file sets them all whenever its context
  * changes (a fresh open after fork, a close), so none is ever stale.
@@ -442,7 +442,7 @@ static PyGetSetDef file_getset[] = {
 
 PyTypeObject TdbFileType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "dbwrap_py.adapters._tdb.TdbFile",
+	.tp_name = "dbwrap_py.adapters.tdb._tdb.TdbFile",
 	.tp_basicsize = sizeof(TdbFile),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "TdbFile(name, hash_size, tdb_flags, open_flags, mode, errors, fallback):\n"

@@ -7,7 +7,7 @@ lives, as tdb does. An opener shows it lives by an opener key whose expiry
 parent must never start (it opens every database, then forks). So a process
 that opens a volatile database before its network runs starts one keeper: a
 fresh interpreter, started with exec (``python -I -m
-dbwrap_py.adapters._fdb_keeper`` in ``/``, by ``start_python_module``: no
+dbwrap_py.adapters.fdb.keeper`` in ``/``, by ``start_python_module``: no
 module planted in the process's directory is imported), with a network of
 its own. The keeper joins the openers for it (wiping first if no live
 opener is left), renews its opener keys, and clears them when the process
@@ -34,13 +34,13 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Any
 
-from dbwrap_py.adapters._fdb_relay import RemoteStore, answer, error_reply, raise_reply, receive, send
+from dbwrap_py.adapters.fdb.relay import RemoteStore, answer, error_reply, raise_reply, receive, send
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
-    from dbwrap_py.adapters._fdb_store import FdbStore
-    from dbwrap_py.adapters.fdb import StoreArgs
+    from dbwrap_py.adapters.fdb.store import FdbStore
+    from dbwrap_py.adapters.fdb.adapter import StoreArgs
 
 _PR_SET_PDEATHSIG = 1
 #: how often the keeper looks at its parent PID (the signal is the fast way)
@@ -65,7 +65,7 @@ class KeeperClient:
         #: database -> how many of this process's opens it holds (the key goes with the last close)
         self.joined: dict[tuple[Any, ...], int] = {}
         try:
-            self._process = start_python_module("dbwrap_py.adapters._fdb_keeper",
+            self._process = start_python_module("dbwrap_py.adapters.fdb.keeper",
                                                 [str(self.pid), repr(opener_ttl)],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
@@ -198,8 +198,8 @@ class _Keeper:
 
 
 def _open(args: StoreArgs) -> FdbStore:
-    from dbwrap_py.adapters import _fdb_library as library
-    from dbwrap_py.adapters.fdb import open_store
+    from dbwrap_py.adapters.fdb import library as library
+    from dbwrap_py.adapters.fdb.adapter import open_store
 
     return open_store(library.load(args["library"], args["api_version"]), {**args, "join": False})
 

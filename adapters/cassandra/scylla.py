@@ -28,7 +28,7 @@ What the dialect changes:
 
 from __future__ import annotations
 
-from dbwrap_py.adapters.cassandra import CassandraAdapter
+from dbwrap_py.adapters.cassandra.adapter import CassandraAdapter
 
 
 class ScyllaAdapter(CassandraAdapter):

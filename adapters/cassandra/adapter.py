@@ -37,7 +37,7 @@ Record locks (dbwrap_py.leased builds lock, put, unlock on these): the cells
   with a TTL of its own (cc.RECEIPT_TTL). The writer is this process, which
   holds the lock while it writes: the next holder writes a receipt of its
   own, not over ours.
-* an unknown outcome (``_cassandra_client``) is resolved by reading the row
+* an unknown outcome (``client.py``) is resolved by reading the row
   at SERIAL: the token says whether a take was applied, the receipt whether
   a write was, even once the next holder has written the record since.
 
@@ -47,7 +47,7 @@ if there are none, adds its own row (TTL ``OPENER_TTL``, renewed by a thread
 of the opening process) and lets the lock go. A killed opener counts as open
 until its row expires.
 
-Node cache (``node_cache = yes``, volatile databases): ``_cassandra_ownership``
+Node cache (``node_cache = yes``, volatile databases): ``ownership.py``
 is this adapter's side of the protocol. It needs layout ``buckets``
 (``node_volatile``: a partition per bucket, so that a record's process lock,
 a node's lock on it and its bucket's claim are decided by one LWT); the
@@ -57,7 +57,7 @@ node is asked to hand it over). A generation's first opener chooses the
 layout (option ``layout``, by default ``buckets`` with node_cache, else
 ``records``), kept in ``databases.layout``; later openers follow it.
 
-Client plumbing (sessions per process, errors, unknown outcomes): ``_cassandra_client``.
+Client plumbing (sessions per process, errors, unknown outcomes): ``client.py``.
 """
 
 from __future__ import annotations
@@ -69,12 +69,11 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
-from dbwrap_py.adapters import _cassandra_client as cc
-from dbwrap_py.adapters import _cassandra_ownership as owning
+from dbwrap_py.adapters.cassandra import client as cc
+from dbwrap_py.adapters.cassandra import ownership as owning
 from dbwrap_py.errors import AdapterContractError, ConfigError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
@@ -101,7 +100,7 @@ SCHEMA = (
        commits map<text, bigint> static,
        PRIMARY KEY (db, k))""",
     "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint, layout text)",
-    # the node cache's layout (_cassandra_ownership): a bucket's records in one
+    # the node cache's layout (ownership.py): a bucket's records in one
     # partition, its claim in static columns, so one LWT decides about a record
     """CREATE TABLE IF NOT EXISTS {ks}.node_volatile (db text, bucket int, k blob, v blob, owner text,
        "token" bigint, receipts map<text, bigint>, holder text, held bigint, detached bigint,
@@ -219,7 +218,7 @@ class CassandraAdapter(LeasedAdapter):
             except cc.OutcomeUnknown:
                 value, holder, _ = self._read_serial(key)
                 return (True, value) if holder == token else (False, None)
-            if applied and self.old_row:  # never run here: no ScyllaDB server (adapters/scylla.py)
+            if applied and self.old_row:  # never run here: no ScyllaDB server (adapters/cassandra/scylla.py)
                 if "v" not in row._fields:
                     raise AdapterContractError("dialect scylla: the server's LWT result has no old row")
                 return True, row.v

@@ -364,7 +364,7 @@ static PyGetSetDef records_getset[] = {
 
 PyTypeObject TdbRecordsType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "dbwrap_py.adapters._tdb.TdbRecords",
+	.tp_name = "dbwrap_py.adapters.tdb._tdb.TdbRecords",
 	.tp_basicsize = sizeof(TdbRecords),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "The tdb adapter's record operations, on the TdbFile in tdb_file.",

@@ -23,10 +23,10 @@ Keys, under ``<prefix>\\0<db>\\0`` (``<db>`` is DatabaseSpec.cluster_name):
   not, and the retry does it. No write is lost or done twice.
 * ``o<owner>``: a volatile database's openers (TDB_CLEAR_IF_FIRST), each
   with an expiry read version that a thread of its process (or its opener
-  keeper, ``_fdb_keeper``) renews.
+  keeper, ``keeper.py``) renews.
 * ``w``: the read version of the last CLEAR_IF_FIRST wipe.
 * ``n``, ``b``, ``x`` and the keys beside the databases (``<prefix>\0\0``):
-  the node cache's, see ``_fdb_ownership``. A record lock is refused while a
+  the node cache's, see ``ownership.py``. A record lock is refused while a
   node owns the record, and that node is asked to hand it back.
 """
 
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from dbwrap_py.adapters import _fdb_ownership as nodes
+from dbwrap_py.adapters.fdb import ownership as nodes
 from dbwrap_py.errors import (
     Corruption,
     DbwrapError,
@@ -339,7 +339,7 @@ class FdbStore:
         return self.run("read", body)
 
     def ownership(self, method: str, *args: Any) -> Any:
-        """The node cache's operation ``method`` on this database (``_fdb_ownership.NodeOps``)."""
+        """The node cache's operation ``method`` on this database (``ownership.NodeOps``)."""
         return getattr(nodes.NodeOps(self), method)(*args)
 
     def scan_page(self, after: bytes | None, limit: int) -> tuple[list[tuple[bytes, bytes]], bytes | None]:

@@ -1,9 +1,9 @@
 """etcd v3: Samba databases as key ranges in an etcd cluster, record locks on leases.
 
 The etcd client (the JSON gateway transport, the per-process session with its
-lease and keepalive thread) is in ``_etcd_client``.
+lease and keepalive thread) is in ``client.py``.
 
-Key layout: ``_etcd_keys`` (records and locks sit under their bucket).
+Key layout: ``keys.py`` (records and locks sit under their bucket).
 
 Record locks: the lock key is created by a transaction comparing its
 create_revision (and, for a volatile database, the bucket claim's) to 0,
@@ -42,7 +42,7 @@ Fork: every process gets its own connection, lease and keepalive thread on
 first use; state inherited through fork() is dropped unused, never closed.
 
 Node cache (``node_cache``, volatile databases): the node cache framework
-(dbwrap_py.nodecache) sits in front of this adapter; ``_etcd_ownership`` is
+(dbwrap_py.nodecache) sits in front of this adapter; ``ownership.py`` is
 this adapter's side of its protocol. Here, a record a node owns (its lock key
 names the node, or its bucket is claimed) is asked for when this process
 wants it, and an unlocked read of such a record takes the lock (the node
@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
-from dbwrap_py.adapters._etcd_client import (
+from dbwrap_py.adapters.etcd.client import (
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,  # unused here: re-exported beside this module's other defaults
     _b64,
@@ -75,8 +75,8 @@ from dbwrap_py.adapters._etcd_client import (
     _sessions,
     _unb64,
 )
-from dbwrap_py.adapters._etcd_keys import DatabaseKeys, marker_node, prefix_end, request
-from dbwrap_py.adapters._etcd_ownership import EtcdNodeStore, EtcdOwnership, first_kv
+from dbwrap_py.adapters.etcd.keys import DatabaseKeys, marker_node, prefix_end, request
+from dbwrap_py.adapters.etcd.ownership import EtcdNodeStore, EtcdOwnership, first_kv
 from dbwrap_py.errors import (
     ConfigError,
     Corruption,

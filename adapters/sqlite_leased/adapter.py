@@ -14,7 +14,7 @@ TDB_CLEAR_IF_FIRST: the first opener of a volatile database empties it (an
 fcntl lock on ``<name>.sqlite.openers`` tells, as in the sqlite adapter).
 
 Node cache (``node_cache = yes``, volatile databases): this adapter's side of
-the protocol is ``_sqlite_leased_ownership``. Node leases and release
+the protocol is ``ownership.py``. Node leases and release
 requests span databases, so they live in one cluster file, option
 ``cluster_file`` (default: ``sqlite_leased.cluster`` in the database's
 directory), which each volatile database's connection ATTACHes. A record
@@ -22,7 +22,7 @@ lock here is refused while a live node owns the record, and that node is
 asked to hand it over. smbd and ``dbwrap-py node-agent --adapter
 sqlite_leased -o cluster_file=FILE`` must name the same file.
 
-SQLite plumbing (round trips, transactions, the opener lock): ``_sqlite_leased_client``.
+SQLite plumbing (round trips, transactions, the opener lock): ``client.py``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import os
 import sqlite3
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
-from dbwrap_py.adapters import _sqlite_leased_ownership as nodes
-from dbwrap_py.adapters._sqlite_leased_client import NOW, Sql, hold_open, let_go_open
+from dbwrap_py.adapters.sqlite_leased import ownership as nodes
+from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql, hold_open, let_go_open
 from dbwrap_py.errors import LockConflict
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, LeasedAdapter, LeaseSource, Keep
 from dbwrap_py.options import Options

@@ -17,7 +17,7 @@ consistency, which finishes any Paxos round in flight, and decides from
 what it finds.
 
 The leading underscore keeps the registry from listing this as an adapter;
-adapters/cassandra.py is its only user.
+adapters/cassandra/adapter.py is its only user.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, InvalidParameter, Timeout, Unavailable

@@ -13,7 +13,7 @@ Layout, for database ``<db>`` = ``DatabaseSpec.cluster_name`` and option
 
 In a record object, omap key ``k<key>`` is a record and ``w<key>`` says
 that a process waits for the record's lock (``<key>``: the Samba key,
-percent-encoded, see _rados_client). The lock on a record is cls_lock
+percent-encoded, see client.py). The lock on a record is cls_lock
 ``r<bucket><digest of the key>`` on its object; ``t`` is a persistent
 database's transaction lock. The meta object's xattrs: ``n``, the number of
 objects (the first opener's choice stands), and ``e``, the epoch (wipes so far).
@@ -37,7 +37,7 @@ notifies it, and wipes the database if no other opener's watch answers;
 then it watches the meta object itself. A killed opener's watch lingers
 until the OSD times it out (osd_client_watch_timeout, 30 s by default).
 
-Node cache (``node_cache = yes``, volatile databases): ``_rados_ownership``
+Node cache (``node_cache = yes``, volatile databases): ``ownership.py``
 is this adapter's side of the protocol, with its entries in the record
 objects. A record lock here is refused while a live node owns the record
 (guards in the lock op), and that node is asked to hand it over.
@@ -50,13 +50,13 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import rados
 
 from dbwrap_py.adapter import TDB_SEQNUM, Capabilities, DatabaseSpec
-from dbwrap_py.adapters import _rados_client as rc
-from dbwrap_py.adapters import _rados_ownership as owning
+from dbwrap_py.adapters.rados import client as rc
+from dbwrap_py.adapters.rados import ownership as owning
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.nodecache.layout import BUCKETS

@@ -1,6 +1,6 @@
 """The fdb adapter's side of the node cache (dbwrap_py.nodecache.protocol).
 
-Keys, beside a database's (``<prefix>\\0<db>\\0``, see ``_fdb_store``):
+Keys, beside a database's (``<prefix>\\0<db>\\0``, see ``store.py``):
 
 * ``n<bucket:1><enc(key)>``: a node's record lock: ``token:8 lease:8 node``;
 * ``b<bucket:1>``: a node's claim on a bucket, the same format;
@@ -40,13 +40,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dbwrap_py.adapters import _fdb_store as fs
+from dbwrap_py.adapters.fdb import store as fs
 from dbwrap_py.errors import FencedOut, LockConflict
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 
 if TYPE_CHECKING:
-    from dbwrap_py.adapters._fdb_store import FdbStore
+    from dbwrap_py.adapters.fdb.store import FdbStore
 
 _HELD = struct.Struct(">qq")  # token, lease (then the node's name)
 _LEASE = struct.Struct(">qq")  # lease, expiry read version
@@ -180,7 +180,7 @@ def wipe(tr: Any, store: FdbStore) -> None:
 
 class NodeOps:
     """The ownership operations on one database's store, each one transaction.
-    Results are plain values, so a relay (``_fdb_relay``) can carry them."""
+    Results are plain values, so a relay (``relay.py``) can carry them."""
 
     def __init__(self, store: FdbStore) -> None:
         self.store = store

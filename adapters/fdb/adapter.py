@@ -8,7 +8,7 @@ installed on this machine. ``fdb_library = model`` runs the same code on
 results there are labelled ``fdb (model)``. That option only chooses which
 module is imported: nothing else here knows about the model.
 
-Layout, record locks, fencing, value chunks and receipts: ``_fdb_store``.
+Layout, record locks, fencing, value chunks and receipts: ``store.py``.
 In short: a record lock is a key holding (token, expiry read version), taken
 in one transaction with the read of the record (lock_get); every locked write
 reads the lock key, so a holder whose lock was taken over cannot commit; a
@@ -23,15 +23,15 @@ Fork: libfdb_c's network thread starts once per process and does not
 survive fork(). The process that opened a database never starts it: it may
 fork next, as smbd's parent does after a few operations of its own
 (smbXsrv_version_global_init). Its operations run in its keeper
-(``_fdb_keeper``: one exec'd process with a network of its own), and each
+(``keeper.py``: one exec'd process with a network of its own), and each
 forked child starts its own network on its first operation. A child forked
 after its parent started the network anyway does not touch it: it runs its
-operations in a relay process of its own (``_fdb_relay``).
+operations in a relay process of its own (``relay.py``).
 
 TDB_CLEAR_IF_FIRST, as tdb: a volatile database is wiped at open when no
 process that opened it lives. A process whose network runs joins the openers
 at open; one without (smbd's parent) has its opener keeper join for it
-(``_fdb_keeper``: one exec'd process per such process, renewing its opener
+(``keeper.py``: one exec'd process per such process, renewing its opener
 keys while it lives), so opening never starts the network.
 
 Persistent databases' transactions: a transaction lock key (``t``) that
@@ -51,12 +51,12 @@ from types import ModuleType
 from typing import TypedDict
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
-from dbwrap_py.adapters import _fdb_library as library
-from dbwrap_py.adapters import _fdb_ownership as nodes
-from dbwrap_py.adapters import _fdb_store
-from dbwrap_py.adapters._fdb_keeper import KeeperClient, KeeperStore
-from dbwrap_py.adapters._fdb_relay import RelayStore, RemoteStore
-from dbwrap_py.adapters._fdb_store import FdbStore
+from dbwrap_py.adapters.fdb import library as library
+from dbwrap_py.adapters.fdb import ownership as nodes
+from dbwrap_py.adapters.fdb import store as _fdb_store
+from dbwrap_py.adapters.fdb.keeper import KeeperClient, KeeperStore
+from dbwrap_py.adapters.fdb.relay import RelayStore, RemoteStore
+from dbwrap_py.adapters.fdb.store import FdbStore
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported, Timeout, Unavailable
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
@@ -318,7 +318,7 @@ class FdbAdapter(LeasedAdapter):
             KeeperClient.leave(self.store_arguments())
             self._kept = False
 
-    # -- the node cache (dbwrap_py.nodecache.protocol; ours: _fdb_ownership) ----------------
+    # -- the node cache (dbwrap_py.nodecache.protocol; ours: ownership.py) ----------------
 
     @property
     def node_cache_id(self) -> bytes:

@@ -6,7 +6,7 @@ TDB_INCOMPATIBLE_HASH, TDB_MUTEX_LOCKING and the rest of ``tdb_flags`` are
 passed to ``tdb_open`` unchanged, as are ``hash_size``, ``open_flags`` and
 ``mode``.
 
-One way into tdb: the extension ``dbwrap_py.adapters._tdb`` (adapters/_tdb*.c)
+One way into tdb: the extension ``dbwrap_py.adapters.tdb._tdb`` (adapters/_tdb*.c)
 opens the file and serves every operation.
 
 * ``TdbFile`` is one open tdb: open, reopen after fork, close, traverse,
@@ -240,7 +240,7 @@ class TdbAdapter(TdbRecords, Adapter):
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         # one tdb_traverse_read, collected before the caller sees a record:
-        # adapters/_tdb_file.c (file_scan) says why
+        # adapters/tdb/_tdb_file.c (file_scan) says why
         return self._file().scan()
 
     def seqnum(self) -> int:

@@ -1,8 +1,8 @@
 /*
- * dbwrap_py.adapters._tdb: the module, and the error map its types share.
+ * dbwrap_py.adapters.tdb._tdb: the module, and the error map its types share.
  *
  * The mapping from tdb error codes to dbwrap_py exceptions is the
- * adapter's (adapters/tdb.py), handed over as a dict; this file only turns
+ * adapter's (adapters/tdb/adapter.py), handed over as a dict; this file only turns
  * it into raised exceptions and, for the native records, which run without
  * the GIL, into a table of NTSTATUS codes read from each class's ntstatus.
  */

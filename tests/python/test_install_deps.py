@@ -65,6 +65,8 @@ USED_FILES = [
     (f"/usr/lib/{MULTIARCH}/rados-classes/libcls_lock.so", "the rados adapter's record locks"),
     (f"/usr/lib/python3/dist-packages/rados.{PY_TAG}-{MULTIARCH}.so",
      "the rados Python binding (rados adapter, throwaway Ceph's probes)"),
+    ("/usr/share/java/zookeeper.jar", "the throwaway ZooKeeper (dbwrap_py.testing.servers.zookeeper)"),
+    ("/usr/lib/python3/dist-packages/kazoo/client.py", "kazoo, the zookeeper adapter's client"),
     ("/usr/bin/java", "the throwaway Cassandra (adapters/_cassandra_server.py)"),
     ("/usr/bin/mvn", "the throwaway Cassandra's jars, from Maven Central"),
     ("/usr/bin/valgrind", "make test-memcheck, make bench-bridge"),

@@ -62,7 +62,8 @@ setup(
         # short names for dbwrap_py:module; a third-party package adds its own
         "dbwrap_py.adapters": [
             f"{name} = dbwrap_py.adapters.{name}:ADAPTER"
-            for name in ("cassandra", "etcd", "fdb", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb")
+            for name in ("cassandra", "etcd", "fdb", "memory", "rados", "scylla", "sqlite", "sqlite_leased", "tdb",
+                         "zookeeper")
         ],
     },
 )

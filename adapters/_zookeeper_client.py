@@ -100,7 +100,7 @@ class Session:
         return self._wait(self.client.exists_async(path), f"stat {path}")
 
     def children(self, path: str) -> list[str]:
-        return list(self._wait(self.client.get_children_async(path), f"children of {path}"))
+        return list(self._wait(self.client.get_children_async(path), f"children of {path}") or [])
 
     def multi(self, ops: Sequence[Op], retry: bool = False) -> tuple[int, Exception] | None:
         """Apply ``ops`` atomically: None, or (index, error) of the op that
@@ -188,6 +188,7 @@ class Session:
 
 
 _sessions: dict[ZkConfig, Session] = {}
+_inherited: list[Session] = []  # a child keeps its parent's, so nothing of them is finalised
 _pid = os.getpid()
 
 
@@ -196,6 +197,7 @@ def session_for(config: ZkConfig) -> Session:
     drops every session inherited from its parent, unused and unclosed."""
     global _pid
     if _pid != os.getpid():
+        _inherited.extend(_sessions.values())
         _sessions.clear()
         _pid = os.getpid()
     session = _sessions.get(config)

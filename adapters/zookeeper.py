@@ -87,15 +87,21 @@ class ZooKeeperAdapter(LeasedAdapter):
         return failed is None, self.get(key) if failed is None and read else None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        if self._txn is not None:
-            return self._txn[1].update({key: value}) is None
+        if self._buffered(key, value):
+            return True
         return self._write(key, [("check", self._path("f", key, token))], value, retry=True)
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if self._txn is not None:
-            return isinstance(value, Keep) or self._txn[1].update({key: value}) is None
+        if self._buffered(key, value):
+            return True
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
         return self.zk.multi(release) is None if isinstance(value, Keep) else self._write(key, release, value)
+
+    def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
+        """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
+        if self._txn is not None and not isinstance(value, Keep):
+            self._txn[1][key] = value
+        return self._txn is not None
 
     def _write(self, key: bytes, fence: list[Op], value: bytes | None, retry: bool = False) -> bool:
         """``fence`` then the write in one multi; False if the fence failed.

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.conformance.pytest_plugin import conformance_tests
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import FencedOut, Timeout, Unavailable
@@ -140,6 +141,22 @@ def test_transaction_commits_all_or_nothing(zk, tmp_path):
     with pytest.raises(FencedOut):
         db.transaction_commit()
     assert (other.fetch(b"a"), other.fetch(b"b"), other.fetch(b"c")) == (b"1", b"1", None)
+
+
+def test_first_opener_of_a_volatile_database_empties_it(zk, tmp_path):
+    name = str(tmp_path / "volatile.tdb")
+
+    def volatile() -> Database:
+        return open_database(name, 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "zookeeper",
+                             [f"hosts={zk.hosts}", f"session_timeout={SESSION}"])
+
+    first = volatile()
+    store(first, b"k", b"v")
+    second = volatile()  # not the first: the record stays
+    assert second.fetch(b"k") == b"v"
+    first.close()
+    second.close()
+    assert volatile().fetch(b"k") is None  # no opener left: a new generation
 
 
 def steal_transaction_lock(hosts: str, root: str) -> None:

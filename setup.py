@@ -66,14 +66,15 @@ setup(
             f"{name} = dbwrap_py.adapters.{module}:ADAPTER"
             for name, module in (("cassandra", "cassandra"), ("etcd", "etcd"), ("fdb", "fdb"), ("memory", "memory"),
                                  ("rados", "rados"), ("scylla", "cassandra.scylla"), ("sqlite", "sqlite"),
-                                 ("sqlite_leased", "sqlite_leased"), ("tdb", "tdb"))
+                                 ("sqlite_leased", "sqlite_leased"), ("tdb", "tdb"), ("zookeeper", "zookeeper"))
         ],
         # what tests and benchmarks need of an adapter (a throwaway store, its
         # counters), kept out of the adapter: dbwrap_py.testing.hooks
         "dbwrap_py.testing": [
             f"{name} = dbwrap_py.testing.servers.{module}:HOOKS"
             for name, module in (("cassandra", "cassandra"), ("etcd", "etcd"), ("fdb", "fdb"), ("rados", "rados"),
-                                 ("scylla", "cassandra"), ("sqlite_leased", "sqlite_leased"))
+                                 ("scylla", "cassandra"), ("sqlite_leased", "sqlite_leased"),
+                                 ("zookeeper", "zookeeper"))
         ],
     },
 )

@@ -16,6 +16,7 @@ packages="
   libtalloc-dev libtdb-dev tdb-tools
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool
   etcd-server openssl valgrind
+  zookeeper python3-kazoo
   ceph-mon ceph-osd ceph-common python3-rados
   maven
   ca-certificates
@@ -48,6 +49,10 @@ packages="
 #                                    the interface a public address goes on
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
+#   zookeeper                        the throwaway ZooKeeper of the zookeeper adapter
+#                                    (its jars; run by dbwrap_py.testing.servers.zookeeper)
+#   python3-kazoo                    kazoo, the zookeeper adapter's client (a venv with
+#                                    system site packages sees it)
 #   ceph-mon                         ceph-mon, the throwaway Ceph's monitor; its dependency
 #                                    ceph-base brings monmaptool and the OSDs' object
 #                                    classes (cls lock: the rados adapter's record locks)

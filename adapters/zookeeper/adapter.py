@@ -1,0 +1,204 @@
+"""zookeeper: Samba databases as znodes; record locks are ephemeral znodes of
+this process's ZooKeeper session, the lease (docs/adapters/zookeeper.md).
+
+Under ``<prefix>/<cluster_name>/<generation>``: ``d/k<hex key>`` records,
+``l/k<hex key>`` locks, ``f/k<hex key>.<token>`` their fences (made with the
+lock in one multi, checked by every write under it), ``s`` the seqnum (its
+mzxid), ``t`` the transaction lock. Kazoo plumbing: ``client.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
+from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.leased import KEEP, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.options import Options
+
+#: ZooKeeper refuses a request over jute.maxbuffer (1 MiB - 1 by default)
+MAX_VALUE_SIZE = 1_000_000
+
+
+class ZooKeeperAdapter(LeasedAdapter):
+    capabilities = Capabilities(transactions=True, max_value_size=MAX_VALUE_SIZE, lock_release_seconds=6.0,
+                                notes=("a transaction is one multi: its writes must fit in jute.maxbuffer",))
+    option_names = ("hosts", "prefix", "session_timeout", "op_timeout")
+    lease_source = LeaseSource.SERVER_TTL
+    lease_slack = 2.0  # the server expires sessions on its tick (tickTime, 2 s by default)
+    default_lease = 4.0  # the least a default server (tickTime 2 s) grants
+
+    @classmethod
+    def lease_for(cls, options: Mapping[str, str]) -> float:
+        seconds = Options(dict(options)).get_float("session_timeout", cls.default_lease, minimum=1.0)
+        return float(math.ceil(seconds))
+
+    def __init__(self, spec: DatabaseSpec, options: Options) -> None:
+        super().__init__(spec, options)
+        options.get_float("session_timeout", self.default_lease, minimum=1.0)  # read by lease_for
+        self.config = ZkConfig(options.get_str("hosts", ""), self.lease_seconds, self.op_timeout)
+        if not self.config.hosts:
+            raise ConfigError("zookeeper: option hosts (host:port,...) is required")
+        prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
+        self.base = f"/{prefix}/{spec.cluster_name}" if prefix else f"/{spec.cluster_name}"
+        self.capabilities = self.declared_capabilities(options)
+        self._txn: tuple[int, dict[bytes, bytes | None]] | None = None
+        self._zk: Session | None = None
+        self._opener = ""
+        self._connect(may_wipe=True)
+
+    def _connect(self, may_wipe: bool) -> Session:
+        session = session_for(self.config)
+        try:
+            self.root, self._opener = session.open_root(self.base, self.spec.persistent, may_wipe)
+        except BaseException:
+            let_go(session)
+            raise
+        self._zk = session
+        return session
+
+    @property
+    def zk(self) -> Session:
+        return self._zk or self._connect(may_wipe=False)  # first use in a forked child
+
+    def _path(self, kind: str, key: bytes, token: int | None = None) -> str:
+        return f"{self.root}/{kind}/k{key.hex()}" + ("" if token is None else f".{token}")
+
+    # -- the lease primitives (dbwrap_py.leased) ---------------------------------
+
+    def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
+        if self._txn is not None:  # our transaction lock excludes every other writer
+            return True, self.get(key) if read else None
+        ops: list[Op] = [("create", self._path("l", key), b"", True),
+                         ("create", self._path("f", key, token), b"", True)]
+        if self.spec.persistent:  # and no transaction lock may be held: create and delete t
+            ops = [("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"), *ops]
+        failed = self.zk.multi(ops)
+        if failed is not None and not isinstance(failed[1], NodeExistsError):
+            raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
+        return failed is None, self.get(key) if failed is None and read else None
+
+    def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
+        if self._buffered(key, value):
+            return True
+        return self._write(key, [("check", self._path("f", key, token))], value, retry=True)
+
+    def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
+        if self._buffered(key, value):
+            return True
+        release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
+        return self.zk.multi(release) is None if isinstance(value, Keep) else self._write(key, release, value)
+
+    def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
+        """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
+        if self._txn is not None and not isinstance(value, Keep):
+            self._txn[1][key] = value
+        return self._txn is not None
+
+    def _write(self, key: bytes, fence: list[Op], value: bytes | None, retry: bool = False) -> bool:
+        """``fence`` then the write in one multi; False if the fence failed.
+        A record's existence is guessed, and the guess flipped once if wrong.
+        ``retry``: a check-and-write may be sent again (end_lease's may not)."""
+        for present in (True, False):
+            ops = [*fence, *self._record_ops(key, value, present), ("set", f"{self.root}/s", b"")]
+            failed = self.zk.multi(ops, retry)
+            if failed is None or failed[0] < len(fence):
+                return failed is None
+        raise Unavailable(f"zookeeper: writing {key!r}: {failed[1]!r}")
+
+    def _record_ops(self, key: bytes, value: bytes | None, present: bool) -> list[Op]:
+        path = self._path("d", key)
+        if value is None:
+            return [("delete", path)] if present else []
+        return [("set", path, value)] if present else [("create", path, value, False)]
+
+    # -- records --------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        if self._txn is not None and key in self._txn[1]:
+            return self._txn[1][key]
+        return self.zk.get_many([self._path("d", key)])[0]
+
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        names = self.zk.children(f"{self.root}/d")
+        values = self.zk.get_many([f"{self.root}/d/{n}" for n in names])
+        found = {bytes.fromhex(n[1:]): v for n, v in zip(names, values) if v is not None}
+        found.update(self._txn[1] if self._txn is not None else {})
+        return iter([(k, v) for k, v in found.items() if v is not None])
+
+    def seqnum(self) -> int:
+        return int(self.zk.stat(f"{self.root}/s").mzxid)
+
+    def db_id(self) -> bytes:
+        return self.base.encode()
+
+    # -- transactions (persistent databases) --------------------------------------------
+
+    def transaction_start(self, nonblock: bool = False) -> None:
+        token = secrets.randbits(63)
+        take: list[Op] = [("create", f"{self.root}/t", b"", True), ("create", f"{self.root}/f/t.{token}", b"", True)]
+        self._until(lambda: self.zk.multi(take) is None, nonblock, "the transaction lock")
+        try:  # record lockers are excluded now: wait for those already in
+            mine = {f"k{k.hex()}" for k in self._tokens}
+            self._until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, nonblock, "record locks")
+        except BaseException:
+            self._release(token)
+            raise
+        self._txn = (token, {})
+
+    def _until(self, done: Callable[[], bool], nonblock: bool, what: str) -> None:
+        deadline, pause = time.monotonic() + self.op_timeout, 0.001
+        while not done():
+            if nonblock:
+                raise LockConflict(f"zookeeper: {what} held by another process")
+            if time.monotonic() + pause > deadline:
+                raise Timeout(f"zookeeper: {what} still held after {self.op_timeout:g} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def transaction_commit(self) -> None:
+        (token, writes), self._txn = self._txn or (0, {}), None
+        try:
+            present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
+            ops: list[Op] = [("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")]
+            for (key, value), old in zip(writes.items(), present):
+                ops += self._record_ops(key, value, old is not None)
+            failed = self.zk.multi([*ops, ("set", f"{self.root}/s", b"")] if writes else ops)
+        except BaseException:
+            self._release(token)
+            raise
+        if failed is not None:
+            self._release(token)
+            if failed[0] < 2 and isinstance(failed[1], NoNodeError):
+                raise FencedOut("zookeeper: the transaction lock went with its session; nothing was written")
+            raise Unavailable(f"zookeeper: transaction refused, nothing written: {failed[1]!r}")
+
+    def transaction_cancel(self) -> None:
+        (token, _), self._txn = self._txn or (0, {}), None
+        self._release(token)
+
+    def _release(self, token: int) -> None:
+        with contextlib.suppress(Unavailable):  # else it goes with the session
+            self.zk.multi([("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")])
+
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._txn, self._zk, self._opener = None, None, ""  # the parent's
+
+    def close(self) -> None:
+        if self._zk is not None:
+            with contextlib.suppress(Unavailable):  # else it goes with the session
+                if self._opener:
+                    self._zk.multi([("delete", self._opener)])
+            let_go(self._zk)
+            self._zk = None
+
+
+ADAPTER = ZooKeeperAdapter

@@ -1,0 +1,215 @@
+"""What the zookeeper adapter needs of kazoo (Debian's python3-kazoo).
+
+* ``Session``: one kazoo client, that is one ZooKeeper session, per process
+  and configuration (``session_for``); a forked child gets a session of its
+  own and never touches, stops or closes its parent's (kazoo's threads do
+  not survive a fork, and stopping would end the parent's session).
+* Every call is asynchronous underneath and waited for at most
+  ``op_timeout``: none waits forever, not even on a dead server.
+* kazoo's errors become the project's typed ones (``dbwrap_py.errors``);
+  kazoo's own log stays quiet, since the bridge logs each error raised once.
+* ``multi`` is ZooKeeper's atomic multi-op (kazoo's ``transaction``), with
+  ops as tuples: ``("create", path, data, ephemeral)``, ``("set", path,
+  data)``, ``("delete", path)``, ``("check", path)`` (exists).
+* ``open_root``: where a database's znodes live, and for a volatile one
+  the CLEAR_IF_FIRST opener test (a new generation), in one multi.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from dbwrap_py.errors import AccessDenied, DbwrapError, Timeout, Unavailable
+
+Op = tuple[Any, ...]
+#: kazoo logs every reconnect try; the bridge already logs each error we raise
+_QUIET = logging.getLogger("dbwrap_py.adapters.zookeeper.kazoo")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkConfig:
+    hosts: str  # host:port,host:port
+    session_timeout: float  # seconds; the server may clamp it to its own bounds
+    op_timeout: float  # seconds, for each call
+
+
+class Session:
+    """One ZooKeeper session of this process (see the module docstring)."""
+
+    def __init__(self, config: ZkConfig) -> None:
+        self.config = config
+        self.users = 0
+        retry = {"max_tries": -1, "delay": 0.05, "max_delay": 1.0}  # reconnect soon after an outage
+        self.client = KazooClient(hosts=config.hosts, timeout=config.session_timeout,
+                                  connection_retry=retry, logger=_QUIET)
+        try:
+            self.client.start(timeout=max(config.op_timeout, 0.1))
+        except KazooTimeoutError:
+            self.stop()
+            raise Unavailable(f"zookeeper: no session with {config.hosts} within {config.op_timeout:g} s") from None
+
+    @contextmanager
+    def _mapped(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except KazooTimeoutError:
+            raise Timeout(f"zookeeper: {what}: no answer within {self.config.op_timeout:g} s") from None
+        except NoAuthError as exc:
+            raise AccessDenied(f"zookeeper: {what}: {exc!r}") from None
+        except (ConnectionLoss, ConnectionClosedError, SessionExpiredError) as exc:
+            raise Unavailable(f"zookeeper: {what}: {type(exc).__name__}") from exc
+        except KazooException as exc:
+            raise Unavailable(f"zookeeper: {what}: {exc!r}") from None
+
+    def _wait(self, pending: Any, what: str) -> Any:
+        """``pending``'s result, None for a missing znode."""
+        with self._mapped(what):
+            try:
+                return pending.get(timeout=self.config.op_timeout)
+            except NoNodeError:
+                return None
+
+    def get_many(self, paths: Sequence[str]) -> list[bytes | None]:
+        """Each znode's data (None: missing), the reads sent together."""
+        pending = [self.client.get_async(p) for p in paths]
+        replies = [self._wait(reply, f"get {path}") for path, reply in zip(paths, pending)]
+        return [None if reply is None else reply[0] for reply in replies]
+
+    def stat(self, path: str) -> Any:
+        return self._wait(self.client.exists_async(path), f"stat {path}")
+
+    def children(self, path: str) -> list[str]:
+        return list(self._wait(self.client.get_children_async(path), f"children of {path}") or [])
+
+    def multi(self, ops: Sequence[Op], retry: bool = False) -> tuple[int, Exception] | None:
+        """Apply ``ops`` atomically: None, or (index, error) of the op that
+        failed. With ``retry`` (``ops`` may be applied twice), a lost
+        connection or session is tried again until op_timeout: after a
+        session expired, a new one answers."""
+        deadline = time.monotonic() + self.config.op_timeout
+        while True:
+            try:
+                return self._multi(ops)
+            except Unavailable as exc:
+                if not (retry and isinstance(exc.__cause__, (ConnectionLoss, SessionExpiredError))):
+                    raise
+                if time.monotonic() + 0.05 > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _multi(self, ops: Sequence[Op]) -> tuple[int, Exception] | None:
+        txn = self.client.transaction()
+        for kind, path, *rest in ops:
+            if kind == "create":
+                txn.create(path, rest[0], ephemeral=rest[1])
+            elif kind == "set":  # rest: data, and the version expected, if any
+                txn.set_data(path, *rest)
+            elif kind == "delete":
+                txn.delete(path)
+            else:
+                txn.check(path, -1)
+        results = self._wait(txn.commit_async(), f"multi of {len(ops)} ops")
+        return next(((i, r) for i, r in enumerate(results)
+                     if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+
+    def ensure(self, *paths: str) -> None:
+        for path in paths:
+            with self._mapped(f"ensure {path}"):
+                self.client.ensure_path_async(path).get(timeout=self.config.op_timeout)
+
+    def open_root(self, base: str, persistent: bool, may_wipe: bool) -> tuple[str, str]:
+        """(the folder a database's znodes live in, our opener znode or "").
+        A persistent database's is ``base/p``. A volatile one's is a
+        generation, ``base/g<random>``, named in ``base/o``'s data: the first
+        opener (``may_wipe`` and no other) starts a new one, which is
+        TDB_CLEAR_IF_FIRST's wipe, and removes the old ones."""
+        opener, generation = "", "p"
+        if not persistent:
+            self.ensure(base + "/o")
+            generation, opener = self._join(base + "/o", may_wipe)
+        root = f"{base}/{generation}"
+        self.ensure(*(f"{root}/{folder}" for folder in "dlfs"))
+        if may_wipe and not persistent:
+            for old in set(self.children(base)) - {"o", generation}:
+                self.remove_tree(f"{base}/{old}")
+        return root, opener
+
+    def _join(self, openers: str, may_wipe: bool) -> tuple[str, str]:
+        """Register an opener (an ephemeral znode under ``openers``); (the
+        current generation, our opener). Each registration rewrites
+        ``openers``' data on the version it read, so a first opener's new
+        generation is one atomic step, and a race just tries again."""
+        deadline = time.monotonic() + self.config.op_timeout
+        me = f"{openers}/{os.getpid()}.{secrets.token_hex(6)}"
+        while time.monotonic() < deadline:
+            data, stat = self._wait(self.client.get_async(openers), f"get {openers}")
+            fresh = may_wipe and not self.children(openers)
+            generation = f"g{secrets.token_hex(6)}" if fresh or not data else data.decode()
+            if self.multi([("set", openers, generation.encode(), stat.version), ("create", me, b"", True)]) is None:
+                return generation, me
+        raise Timeout(f"zookeeper: could not join the openers of {openers} within {self.config.op_timeout:g} s")
+
+    def remove_tree(self, path: str) -> None:
+        """Delete ``path`` and everything under it, best effort (an old generation)."""
+        try:
+            for child in self.children(path):
+                self.remove_tree(f"{path}/{child}")
+            self.multi([("delete", path)])
+        except DbwrapError:
+            pass
+
+    def stop(self) -> None:
+        try:  # kazoo waits for its connection thread, at most max(10 s, the session timeout)
+            self.client.stop()
+            self.client.close()
+        except Exception:  # a failed stop leaves nothing worse than a session that expires
+            pass
+
+
+_sessions: dict[ZkConfig, Session] = {}
+_inherited: list[Session] = []  # a child keeps its parent's, so nothing of them is finalised
+_pid = os.getpid()
+
+
+def session_for(config: ZkConfig) -> Session:
+    """This process's session for ``config``; a forked child's first call
+    drops every session inherited from its parent, unused and unclosed."""
+    global _pid
+    if _pid != os.getpid():
+        _inherited.extend(_sessions.values())
+        _sessions.clear()
+        _pid = os.getpid()
+    session = _sessions.get(config)
+    if session is None:
+        session = _sessions[config] = Session(config)
+    session.users += 1
+    return session
+
+
+def let_go(session: Session) -> None:
+    """One user fewer; the last one ends the session (in its own process only)."""
+    session.users -= 1
+    if session.users <= 0 and _pid == os.getpid() and _sessions.get(session.config) is session:
+        del _sessions[session.config]
+        session.stop()

@@ -1,0 +1,190 @@
+"""The zookeeper adapter against a throwaway ZooKeeper (one server, 127.0.0.1):
+a lock whose holder's session expires is freed and its holder fenced out, a
+transaction lands whole or not at all, and a dead server is a typed error
+within op_timeout. Driven as the C bridge drives it (open_database and the
+Database methods), with forked processes for the holders.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.conformance.pytest_plugin import conformance_tests
+from dbwrap_py.database import Database, open_database
+from dbwrap_py.errors import FencedOut, Timeout, Unavailable
+from dbwrap_py.testing.servers.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.server
+
+RW = os.O_RDWR | os.O_CREAT
+SESSION = 2  # seconds: session_timeout, the lease
+OP_TIMEOUT = 3.0
+TDB_REPLACE = 1
+CHILD_TIMEOUT = 60  # SIGALRM ends a child that hangs
+
+
+@pytest.fixture(scope="module")
+def zk() -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer() as server:
+        yield server
+
+
+def open_zk(hosts: str, name: str, **options: Any) -> Database:
+    opts = {"hosts": hosts, "session_timeout": str(SESSION), "op_timeout": str(OP_TIMEOUT), **options}
+    return open_database(name, 0, 0, RW, 0o600, 0, 0, "zookeeper", [f"{k}={v}" for k, v in opts.items()])
+
+
+def store(db: Database, key: bytes, value: bytes) -> None:
+    db.lock(key)
+    db.unlock(key, value)
+
+
+def in_child(fn: Callable[[int], Any]) -> tuple[int, int]:
+    """Fork ``fn(write_fd)``; (pid, the fd its pickled result arrives on)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        signal.alarm(CHILD_TIMEOUT)
+        try:
+            result: Any = fn(write_fd)
+        except BaseException as exc:
+            result = f"{type(exc).__name__}: {exc}"
+        os.write(write_fd, pickle.dumps(result))
+        os._exit(0)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def read_result(pid: int, fd: int) -> Any:
+    with os.fdopen(fd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+def test_killed_holders_lock_is_freed_when_its_session_expires(zk, tmp_path):
+    name = str(tmp_path / "kill.tdb")
+
+    def holder(fd: int) -> None:
+        open_zk(zk.hosts, name).lock(b"k")
+        os.write(fd, b"L")
+        time.sleep(CHILD_TIMEOUT)
+
+    pid, fd = in_child(holder)
+    assert os.read(fd, 1) == b"L"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    db = open_zk(zk.hosts, name)
+    started = time.monotonic()
+    db.lock(b"k")  # the ephemeral lock znodes go with the dead holder's session
+    waited = time.monotonic() - started
+    db.unlock(b"k")
+    assert SESSION * 0.5 <= waited <= SESSION + db.adapter.lease_slack + 2.0
+
+
+def test_expired_holder_loses_its_lock_and_is_fenced_out(zk, tmp_path):
+    name = str(tmp_path / "fence.tdb")
+    store(open_zk(zk.hosts, name), b"k", b"old")
+
+    def holder(fd: int) -> str:
+        db = open_zk(zk.hosts, name)
+        db.lock(b"k")
+        os.write(fd, b"L")  # one byte: "I hold it", then pause until the parent resumes us
+        os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            db.store(b"k", b"stale", TDB_REPLACE)  # its session expired meanwhile
+        except FencedOut:
+            return "fenced"
+        finally:
+            db.unlock(b"k")
+        return "written"
+
+    pid, fd = in_child(holder)
+    assert os.read(fd, 1) == b"L"
+    db = open_zk(zk.hosts, name)
+    started = time.monotonic()
+    db.lock(b"k")  # waits until the server expires the paused holder's session
+    waited = time.monotonic() - started
+    db.unlock(b"k", b"new")
+    assert SESSION * 0.5 <= waited <= SESSION + db.adapter.lease_slack + 2.0
+    os.kill(pid, signal.SIGCONT)
+    assert read_result(pid, fd) == "fenced"
+    assert db.fetch(b"k") == b"new"
+
+
+def test_transaction_commits_all_or_nothing(zk, tmp_path):
+    name = str(tmp_path / "txn.tdb")
+    db = open_zk(zk.hosts, name)
+    store(db, b"a", b"0")
+    db.transaction_start(False)
+    store(db, b"a", b"1")
+    store(db, b"b", b"1")
+    db.transaction_commit()
+    other = open_zk(zk.hosts, str(tmp_path / "txn.tdb"))
+    assert (other.fetch(b"a"), other.fetch(b"b")) == (b"1", b"1")
+
+    db.transaction_start(False)
+    store(db, b"a", b"2")
+    store(db, b"c", b"2")
+    steal_transaction_lock(zk.hosts, db.adapter.root)  # as if its session had expired
+    with pytest.raises(FencedOut):
+        db.transaction_commit()
+    assert (other.fetch(b"a"), other.fetch(b"b"), other.fetch(b"c")) == (b"1", b"1", None)
+
+
+def test_first_opener_of_a_volatile_database_empties_it(zk, tmp_path):
+    name = str(tmp_path / "volatile.tdb")
+
+    def volatile() -> Database:
+        return open_database(name, 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "zookeeper",
+                             [f"hosts={zk.hosts}", f"session_timeout={SESSION}"])
+
+    first = volatile()
+    store(first, b"k", b"v")
+    second = volatile()  # not the first: the record stays
+    assert second.fetch(b"k") == b"v"
+    first.close()
+    second.close()
+    assert volatile().fetch(b"k") is None  # no opener left: a new generation
+
+
+def steal_transaction_lock(hosts: str, root: str) -> None:
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=10)
+    try:
+        for fence in client.get_children(f"{root}/f"):
+            if fence.startswith("t."):
+                client.delete(f"{root}/f/{fence}")
+        client.delete(f"{root}/t")
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_dead_server_is_a_typed_error_within_op_timeout(tmp_path):
+    with ZooKeeperServer() as server:
+        db = open_zk(server.hosts, str(tmp_path / "dead.tdb"), op_timeout="2")
+        store(db, b"k", b"v")
+        server.kill()
+        for call in (lambda: db.fetch(b"k"), lambda: db.lock(b"k")):
+            started = time.monotonic()
+            with pytest.raises((Unavailable, Timeout)):
+                call()
+            assert time.monotonic() - started < 2.0 + 1.0
+        with pytest.raises((Unavailable, Timeout)):  # nor does an open
+            open_zk(server.hosts, str(tmp_path / "other.tdb"), op_timeout="2")
+
+
+#: the conformance suite through the pytest plugin, on a throwaway server of its own
+test_conformance = conformance_tests("zookeeper", {"session_timeout": "2"})

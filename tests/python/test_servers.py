@@ -137,7 +137,7 @@ def test_no_runtime_module_imports_a_throwaway_server():
 
     modules = ["dbwrap_py.database", "dbwrap_py.proxy.daemon", "dbwrap_py.nodecache.agent", "dbwrap_py.cli",
                *(f"dbwrap_py.adapters.{name}" for name in
-                 ("tdb", "memory", "sqlite", "sqlite_leased", "etcd", "rados", "cassandra", "fdb"))]
+                 ("tdb", "memory", "sqlite", "sqlite_leased", "etcd", "rados", "cassandra", "fdb", "zookeeper"))]
     code = ("import importlib, json, sys\n"
             f"for name in {modules!r}:\n    importlib.import_module(name)\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('dbwrap_py.testing'))))\n")

@@ -116,9 +116,14 @@ def test_secrets_tdb_outside_the_allowed_directories_is_refused(node: tuple[Node
 
 
 GROUP_MEMBER = """
-import json, os, sys
+import json, os, pwd, grp, sys
 from dbwrap_py.proxy.client import ProxyClient, ProxyError
-socket_path, secrets, allowed = sys.argv[1:4]
+socket_path, secrets, allowed, group = sys.argv[1:5]
+# everything imported, become nobody with the group beside it (the checkout
+# may sit where nobody cannot read, as /root/work/main in a fresh root)
+os.setgroups([grp.getgrnam(group).gr_gid])
+os.setgid(grp.getgrnam("nogroup").gr_gid)
+os.setuid(pwd.getpwnam("nobody").pw_uid)
 seen = {"uid": os.getuid(), "groups": os.getgroups()}
 with ProxyClient(socket_path) as client:
     client.hello()
@@ -152,9 +157,8 @@ def test_a_group_member_may_connect_but_not_open_secrets_tdb(tmp_path: Path) -> 
     with ProxyDaemonProcess(group=group, config=served.config) as daemon:
         Path(daemon.dir).chmod(0o755)  # the socket itself is 0660 for the group
         run = subprocess.run([sys.executable, "-c", GROUP_MEMBER, daemon.socket_path, str(served.secrets),
-                              str(served.allowed / "member.tdb")],
-                             user="nobody", group="nogroup", extra_groups=[group], cwd="/",
-                             capture_output=True, text=True, timeout=60)
+                              str(served.allowed / "member.tdb"), group],
+                             cwd="/", capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, run.stderr
         seen = json.loads(run.stdout)
         assert seen["uid"] != 0 and 100 in seen["groups"]

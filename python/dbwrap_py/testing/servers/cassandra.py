@@ -145,6 +145,23 @@ def cache_dir() -> Path:
 _JDK_PACKAGE = "openjdk-17-jre-headless (Debian 13: openjdk-21-jre-headless)"
 
 
+#: the JDKs Cassandra 5.0 runs on, preferred in this order. /usr/bin/java is
+#: whichever JDK the system prefers, and another package can make that a
+#: newer one (Debian sid's zookeeper brings default-jre, JDK 25, on which
+#: Cassandra's JVM options stop the VM: "Enabling a Security Manager is not
+#: supported").
+_SUPPORTED_JDKS = ("17", "21", "11")
+
+
+def _java() -> str:
+    """A java Cassandra 5.0 runs on: Debian's JDK 17, 21 or 11, else PATH's."""
+    for version in _SUPPORTED_JDKS:
+        for home in sorted(Path("/usr/lib/jvm").glob(f"java-{version}-openjdk-*")):
+            if (home / "bin" / "java").exists():
+                return str(home / "bin" / "java")
+    return _binary("java", _JDK_PACKAGE)
+
+
 def _binary(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -451,7 +468,7 @@ class CassandraCluster:
 
     def start(self) -> None:
         """Start every node, one after another; return once the cluster is ready (see the module's docstring)."""
-        _binary("java", _JDK_PACKAGE)
+        _java()
         if self.nodes > 1 or self.auth != "none":
             _import_driver()  # before minutes of download and start, not after
         self._lib = jars()
@@ -603,7 +620,7 @@ class CassandraCluster:
 
     def _spawn(self, node: _Node) -> None:
         assert self._lib is not None
-        java = _binary("java", _JDK_PACKAGE)
+        java = _java()
         argv = [
             java, f"@{node.conf / 'jvm.options'}",
             f"-Dcassandra.config={(node.conf / 'cassandra.yaml').as_uri()}",

@@ -398,14 +398,16 @@ def agent_beside(adapter: str, options: Mapping[str, str]) -> Iterator[dict[str,
     lease: the adapter's ``throwaway_agent_ttl``); yields what to add to the
     options, ``node_cache_dir``, or nothing. servers.backend_options puts
     it beside every throwaway store, so no adapter starts its own."""
-    from dbwrap_py.nodecache.adapter import node_cache_mode
+    from dbwrap_py.nodecache.adapter import node_cache_mode, supports_node_cache
     from dbwrap_py.registry import find_adapter
     from dbwrap_py.testing.hooks import hooks_for
 
-    if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir"):
+    cls = find_adapter(adapter)
+    if node_cache_mode(Options(dict(options))) is None or options.get("node_cache_dir") \
+            or not supports_node_cache(cls):  # its open refuses node_cache with the reason
         yield {}
         return
-    ours = {k: v for k, v in options.items() if k in find_adapter(adapter).option_names}
+    ours = {k: v for k, v in options.items() if k in cls.option_names}
     with NodeAgentProcess(adapter, ours, ttl=hooks_for(adapter).throwaway_agent_ttl(ours)) as agent:
         yield {"node_cache_dir": str(agent.cache_dir)}
 

@@ -143,3 +143,12 @@ def test_no_runtime_module_imports_a_throwaway_server():
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('dbwrap_py.testing'))))\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(run.stdout) == []
+
+
+def test_a_prototype_derived_from_a_registered_adapter_gets_its_hooks():
+    """A dotted adapter name (the conformance suite's broken sqlite_leased,
+    the cluster tests' broken etcd) is tested on its base's throwaway store."""
+    from dbwrap_py.testing.hooks import hooks_for
+
+    assert hooks_for("dbwrap_py.conformance.broken.no_fencing") is hooks_for("sqlite_leased")
+    assert hooks_for("dbwrap_py.testing.skips_write_through") is hooks_for("etcd")

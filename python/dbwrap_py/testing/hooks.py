@@ -65,6 +65,28 @@ class LeasedHooks(TestHooks):
 
 @cache
 def hooks_for(adapter: str) -> TestHooks:
-    """The hooks of the adapter called ``adapter``, or the defaults."""
+    """The hooks of the adapter called ``adapter``; for a dotted name (a
+    prototype module, often a built-in adapter changed a little), those of
+    the nearest registered adapter it derives from; else the defaults."""
     found = entry_points(group=ENTRY_POINTS, name=adapter)
-    return next(iter(found)).load() if found else TestHooks()
+    if found:
+        return next(iter(found)).load()
+    if "." in adapter:
+        return _hooks_of_a_base(adapter)
+    return TestHooks()
+
+
+def _hooks_of_a_base(adapter: str) -> TestHooks:
+    from dbwrap_py.errors import DbwrapError
+    from dbwrap_py.registry import find_adapter
+
+    registered = {}
+    for entry in entry_points(group=ENTRY_POINTS):
+        try:  # scylla's driver and cassandra's cannot share a venv: skip what does not import
+            registered.setdefault(find_adapter(entry.name), entry.name)
+        except DbwrapError:
+            continue
+    for base in find_adapter(adapter).__mro__[1:]:
+        if base in registered:
+            return hooks_for(registered[base])
+    return TestHooks()

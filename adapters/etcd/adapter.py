@@ -350,12 +350,13 @@ class EtcdAdapter(Adapter):
                     self._bump_op(),
                     {"request_delete_range": {"key": _b64(lock_key)}},
                 ],
+                "failure": [self._range_op(lock_key)],
             },
             self._deadline(),
             idempotent=False,  # a repeat after success would see the lock gone and report FencedOut
         )
         if not reply.get("succeeded"):
-            raise FencedOut(f"lost the lock on {key!r} (lease expired) before writing it")
+            raise FencedOut(f"lost the lock on {key!r} before writing it: {self._fence_cause(reply)}")
 
     def _fenced_write(
         self, key: bytes, ops: list[dict[str, Any]], idempotent: bool = True
@@ -370,14 +371,28 @@ class EtcdAdapter(Adapter):
             {
                 "compare": [self._compare_create(self.keys.lock(key), revision)],
                 "success": [*ops, self._bump_op()],
+                "failure": [self._range_op(self.keys.lock(key))],
             },
             self._deadline(),
             idempotent,
         )
         if not reply.get("succeeded"):
             self._held[key] = 0
-            raise FencedOut(f"lost the lock on {key!r} (lease expired) before writing it")
+            raise FencedOut(f"lost the lock on {key!r} before writing it: {self._fence_cause(reply)}")
         return reply
+
+    def _fence_cause(self, reply: Mapping[str, Any]) -> str:
+        """Why a write fenced on one of our locks failed, from the failure
+        branch's read of that lock key: the log line that tells a lapsed
+        lease (a slow store, a stalled process) from a stolen lock."""
+        try:
+            holder = first_kv((reply.get("responses") or [{}])[0])
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return f"etcd's reply does not say why; {self._process().lease_report()}"
+        if holder is None:
+            return f"its key is gone with our lease; {self._process().lease_report()}"
+        return (f"{_unb64(holder.get('value')).decode(errors='replace')} holds it now "
+                f"(ours lapsed: {self._process().lease_report()})")
 
     def _acquire(self, key: bytes, read: bool) -> bytes | None:
         """Take our record lock (and read the record) in one txn; wait while others hold it."""
@@ -664,7 +679,8 @@ class EtcdAdapter(Adapter):
         ops.append({"request_delete_range": {"key": _b64(self.keys.txn)}})
         try:
             reply = self._txn_call(
-                {"compare": [self._compare_create(self.keys.txn, txn.revision)], "success": ops},
+                {"compare": [self._compare_create(self.keys.txn, txn.revision)], "success": ops,
+                 "failure": [self._range_op(self.keys.txn)]},
                 self._deadline(),
                 idempotent=False,
             )
@@ -672,7 +688,7 @@ class EtcdAdapter(Adapter):
             self._release_txn_lock(txn.revision)
             raise
         if not reply.get("succeeded"):
-            raise FencedOut("lost the transaction lock (lease expired) before commit; nothing was written")
+            raise FencedOut(f"lost the transaction lock before commit, nothing was written: {self._fence_cause(reply)}")
 
     def transaction_cancel(self) -> None:
         txn = self._txn

@@ -39,6 +39,7 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
+from dbwrap_py.leased import renewal_timeout
 from dbwrap_py.options import Options, password_of
 
 DEFAULT_LEASE_TTL = 10
@@ -583,7 +584,8 @@ class _Session:
     """What one process shares between its databases on one cluster.
 
     The lease is granted on first need and refreshed every TTL/3 by a daemon
-    thread with its own connection. The thread sleeps between refreshes: it
+    thread with its own connection; a refresh waits for its answer as long as
+    etcd may still hold the lease (``renewal_timeout``). The thread sleeps between refreshes: it
     costs one parked thread and TTL/3-spaced requests per process, and it is
     what keeps a lock (or a volatile database's opener key) alive through a
     long hold. The lease is revoked when the last database closes.
@@ -599,6 +601,7 @@ class _Session:
         self._lease_id: int | None = None
         self._lease_ttl = config.lease_ttl
         self._expires_at = 0.0
+        self._renewed_at = 0.0  # when etcd's last grant or renewal of it was answered
         self._openers: dict[bytes, None] = {}  # opener keys to put again under a new lease
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -609,6 +612,16 @@ class _Session:
             if self._lease_id is not None and time.monotonic() < self._expires_at:
                 return self._lease_id
             return self._grant(self.transport, deadline, count)
+
+    def lease_report(self) -> str:
+        """This process's lease, for a fencing error: which, and when etcd last renewed it."""
+        with self._mutex:
+            lease_id, renewed_at, ttl = self._lease_id, self._renewed_at, self._lease_ttl
+        if renewed_at == 0.0:
+            return "this process holds no lease"
+        ago = time.monotonic() - renewed_at
+        which = f"lease {lease_id:x}" if lease_id is not None else "the last lease, since dropped,"
+        return f"{which} was last renewed {ago:.1f} s ago (TTL {ttl} s)"
 
     def lease_lost(self, lease_id: int) -> None:
         with self._mutex:
@@ -648,6 +661,7 @@ class _Session:
             raise Unavailable(f"etcd granted lease {lease_id} with TTL {ttl}: out of range")
         self._lease_id, self._lease_ttl = lease_id, ttl
         self._expires_at = sent + self._lease_ttl
+        self._renewed_at = time.monotonic()
         if self._openers:  # the old lease took our opener keys with it
             count.add()
             ops = [{"request_put": {"key": _b64(k), "lease": str(lease_id)}} for k in self._openers]
@@ -669,26 +683,31 @@ class _Session:
         """One round of the keepalive thread; the seconds to wait before the next."""
         interval = self._lease_ttl / 3
         with self._mutex:
-            lease_id = self._lease_id
+            lease_id, renewed_at = self._lease_id, self._renewed_at
         if lease_id is None:
             return interval
         sent = time.monotonic()
         try:
             counter.add()
-            reply = transport.call("/v3/lease/keepalive", {"ID": str(lease_id)}, sent + interval, idempotent=True)
+            # etcd renews only once it has applied what it committed: a slow
+            # disk delays the answer, worth waiting for while etcd may still
+            # hold the lease (up to a TTL after its last answer)
+            wait = renewal_timeout(interval, renewed_at + self._lease_ttl - sent)
+            reply = transport.call("/v3/lease/keepalive", {"ID": str(lease_id)}, sent + wait, idempotent=True)
             ttl = _keepalive_ttl(reply)
             with self._mutex:
                 if self._lease_id != lease_id:
                     return interval
                 if ttl > 0:
                     self._expires_at = sent + ttl
+                    self._renewed_at = time.monotonic()
                 elif self._openers:  # lapsed: put the opener keys back at once
                     self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
                 else:
                     self._lease_id = None  # the next lock grants a new one
         except DbwrapError:
             return max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
-        return interval
+        return max(0.0, sent + interval - time.monotonic())  # a slow answer is not added to the interval
 
 
 def _keepalive_ttl(reply: Mapping[str, Any]) -> int:

@@ -67,6 +67,17 @@ from dbwrap_py.options import Options
 LEASE_OPTIONS = ("lease", "op_timeout")
 
 
+def renewal_timeout(interval: float, lease_left: float) -> float:
+    """How long one keepalive may wait for its answer: at least
+    ``interval``, and as long as the store may still hold the lease
+    (``lease_left``: a TTL after the last grant or renewal was answered,
+    less the time since). A renewal answered late still keeps the lease;
+    one given up sooner lets it lapse while the store is only slow (etcd
+    renews once it has applied what it committed, so a slow disk delays
+    every renewal; a client that hangs up cancels it)."""
+    return max(interval, lease_left)
+
+
 class LeaseSource(enum.Enum):
     """Who judges that a lease has expired: always the store."""
 

@@ -156,6 +156,7 @@ def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]
         if report is not None and report.failed:
             for pnn, samba in enumerate(running.sambas):
                 print(f"\n--- node {pnn + 1}'s smbd log ends ---\n{samba.log_tail(60)}", file=sys.stderr)
+            print(f"\n--- the backend now ---\n{running.backend_report()}", file=sys.stderr)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

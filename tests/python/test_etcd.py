@@ -36,6 +36,7 @@ from dbwrap_py.errors import (
 from dbwrap_py.testing.servers.etcd import EtcdCluster
 from dbwrap_py.servers import pause_process
 from shared_servers import PrefixedEtcd
+from slow_link import SlowLink
 
 pytestmark = pytest.mark.server
 
@@ -319,14 +320,14 @@ def test_paused_holder_is_fenced_out(etcd, name):
         try:
             db.store(b"a", b"stale", TDB_REPLACE)  # fetch_locked + storev
             outcomes.append("store written")
-        except FencedOut:
-            outcomes.append("store fenced")
+        except FencedOut as exc:
+            outcomes.append(f"store fenced: {exc}")
         db.unlock(b"a")
         try:
             db.unlock(b"b", b"stale")  # do_locked's write-and-unlock
             outcomes.append("put_unlock written")
-        except FencedOut:
-            outcomes.append("put_unlock fenced")
+        except FencedOut as exc:
+            outcomes.append(f"put_unlock fenced: {exc}")
         return outcomes
 
     child = Child(holder)
@@ -338,15 +339,45 @@ def test_paused_holder_is_fenced_out(etcd, name):
         db.lock(b"a")
         db.lock(b"b")
         took_over = time.monotonic() - start
-        db.unlock(b"a", b"second")
-        db.unlock(b"b", b"second")
+        db.unlock(b"b", b"second")  # "a" stays ours while the stale holder tries it
     finally:
         child.kill(signal.SIGCONT)
     child.send("go")
-    assert child.result() == ["store fenced", "put_unlock fenced"]
+    outcomes = child.result()
+    db.unlock(b"a", b"second")
+    assert [o.split(":")[0] for o in outcomes] == ["store fenced", "put_unlock fenced"], outcomes
+    # the errors say why: "a" is this process's now, "b"'s lock went with the lease
+    assert f":{os.getpid()}:" in outcomes[0] and "holds it now" in outcomes[0], outcomes[0]
+    assert "its key is gone with our lease" in outcomes[1], outcomes[1]
+    assert all("was last renewed" in outcome for outcome in outcomes), outcomes
     assert db.fetch(b"a") == b"second" and db.fetch(b"b") == b"second"
     assert took_over < 2.5, took_over
     db.close()
+
+
+def test_a_lock_outlives_an_etcd_slower_to_answer_than_a_third_of_its_lease(etcd, name):
+    """etcd renews a lease only once it has applied what it committed, so a
+    slow disk delays every keepalive, and a keepalive whose client hangs up
+    is cancelled. A holder that gave up on each renewal after TTL/3 lost a
+    lock it still held, on an etcd that answered within the lease: a live
+    smbd's open failed with NT_STATUS_FILE_LOCK_CONFLICT (issue 38). Here
+    every request reaches etcd 0.9 s late, past a third of a 2 s lease."""
+    ttl, delay = 2, 0.9
+    with SlowLink(etcd.endpoints, delay) as link:
+        db = open_etcd(PrefixedEtcd(link.endpoint, etcd.prefix), name, lease_ttl=str(ttl), op_timeout="5")
+        start = time.monotonic()
+        db.lock(b"k")
+        locked = time.monotonic()
+        assert locked - start >= 2 * delay, "the lease's grant and the lock did not go through the slow link"
+        time.sleep(2 * ttl)  # two leases' time: only the keepalives keep it
+        db.unlock(b"k", b"kept")  # fenced on the lock key: FencedOut had the lease lapsed
+        session = db.adapter._process()
+        print(f"a lock held {2 * ttl} s through a link {delay} s slow: {session.keepalive_round_trips} "
+              f"keepalives, {link.dropped} given up; {session.lease_report()}")
+        db.close()
+    other = open_etcd(etcd, name)
+    assert other.fetch(b"k") == b"kept"
+    other.close()
 
 
 # -- transactions -------------------------------------------------------------

@@ -397,6 +397,28 @@ def test_a_lock_held_past_the_lease_costs_the_node_nothing(backend, nodes, name)
     db.close()
 
 
+def test_the_node_lease_outlives_an_etcd_slower_to_answer_than_a_third_of_it(shared_etcd, tmp_path):
+    """The agent's keepalive waits for a late answer as long as etcd may
+    still hold the node lease: given up after a third of the TTL, every
+    renewal through a slow etcd (each request 0.9 s late here, past a third
+    of a 2 s lease) was cancelled, and the node's records went void with a
+    lease that a live agent kept asking for."""
+    from dbwrap_py.nodecache.state import NodeState
+    from slow_link import SlowLink
+
+    with SlowLink(shared_etcd.endpoints, 0.9) as link:
+        options = {**EtcdBackend(shared_etcd).options(), "endpoints": link.endpoint}
+        with NodeAgentProcess("etcd", options, tmp_path / "node-slow", node="slow", ttl=TTL,
+                              start_timeout=30) as agent:
+            state = NodeState(str(agent.cache_dir))
+            first = state.current()[0]
+            time.sleep(3 * TTL)
+            now = state.current()[0]
+            state.close()
+            log = agent.log.read_text(errors="replace")
+    assert now == first and "expired" not in log, f"the node lost its lease; the agent's log:\n{log}"
+
+
 def test_a_lock_held_leaves_the_agent_serving_the_other_records(backend, nodes, name):
     """smbd holds a record as long as it likes. The agent's vacuum passes
     that hash chain (it used to wait on it, and serve no request meanwhile),

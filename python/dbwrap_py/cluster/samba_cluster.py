@@ -247,6 +247,17 @@ class SambaCluster(StartStop):
             self.agents[pnn].stop(signal.SIGKILL)  # type: ignore[attr-defined]
         return had
 
+    def backend_report(self) -> str:
+        """What the backend holds now and its server's log ends (etcd warns
+        there of a slow disk or apply), for a failed test to print."""
+        if self.setup.adapter is None:
+            return "(ctdb: no backend of ours)"
+        try:
+            lines = hooks_for(self.setup.adapter).diagnose(self.backend_options)
+        except Exception as exc:  # a report, never a second failure
+            return f"(the backend could not be asked: {exc!r})"
+        return "\n".join(lines) if lines else "(the backend's test hooks report nothing)"
+
     def lose_replica(self) -> None:
         """One of the backend's replicas crashes (SIGKILL by PID)."""
         if self.replicas is None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dbwrap_py.errors import ConfigError, DbwrapError, UnsafePath
+from dbwrap_py.leased import renewal_timeout
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
@@ -84,6 +85,8 @@ class NodeAgent:
         self.ttl = ttl
         self.margin = min(1.0, ttl / 4)
         self.lease = NodeLease(0, ttl)
+        self._lease_until = 0.0  # a TTL after the store's last answer on it: it may hold it till then
+        self._granted_at = 0.0  # when the grant was sent: the keepalives count from there
         self.served = self.vacuumed = self.written_through = 0
         self._stopping = threading.Event()
         self._released = threading.Event()  # after the drain: keepalives end
@@ -121,6 +124,7 @@ class NodeAgent:
         lease = self.store.grant(self.node, self.ttl)
         with self._mutex:
             self.lease = lease
+        self._granted_at, self._lease_until = sent, time.monotonic() + lease.ttl
         assert self._writer is not None
         self._writer.publish(lease.id, sent + lease.ttl - self.margin)
         _log(f"node {self.node.decode()}, lease {lease.id:x}, ttl {lease.ttl:g} s, cache {self.cache_dir}")
@@ -133,12 +137,14 @@ class NodeAgent:
 
     def _keepalive(self) -> None:
         interval = self._interval(self._current().ttl)
-        while not self._released.wait(interval):  # through the drain too
+        wait = max(0.0, self._granted_at + interval - time.monotonic())  # the grant took a round trip or two
+        while not self._released.wait(wait):  # through the drain too
             lease = self._current()
             sent = time.monotonic()
             try:
-                ttl = self.store.keepalive(lease, interval)
+                ttl = self.store.keepalive(lease, renewal_timeout(interval, self._lease_until - sent))
                 if ttl > 0:
+                    self._lease_until = time.monotonic() + ttl
                     assert self._writer is not None
                     self._writer.publish(lease.id, sent + ttl - self.margin)
                     interval = self._interval(ttl)
@@ -149,6 +155,7 @@ class NodeAgent:
             except (DbwrapError, OSError) as exc:
                 _log(f"keepalive: {exc}")
                 interval = max(0.05, self.ttl / 10)  # sooner while the store is away
+            wait = max(0.0, sent + interval - time.monotonic())  # a slow answer is not added to it
 
     def _listen(self) -> None:
         while not self._stopping.is_set():

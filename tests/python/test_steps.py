@@ -20,6 +20,13 @@ fails:
 \t@echo about to fail; exit 3
 after:
 \t@echo after ran
+meet-a:
+\t@echo a-begin; touch a-began; $(call meet,b); echo a-end
+meet-b:
+\t@echo b-begin; touch b-began; $(call meet,a); echo b-end
+# waits (up to 10 s) until the other step has begun: it ends only if both run at once
+meet = i=0; while [ ! -e $(1)-began ] && [ $$i -lt 200 ]; do sleep 0.05; i=$$((i+1)); done; \
+\t[ -e $(1)-began ] || { echo "$(1) never began while this step ran"; exit 1; }
 """
 
 
@@ -42,14 +49,22 @@ def table_rows(output: str) -> dict[str, list[str]]:
 
 
 def test_lanes_run_side_by_side_and_outputs_do_not_interleave(tmp_path):
-    proc, took = run_steps(tmp_path, "slow-a", "slow-b")
+    # each step waits for the other to begin: run one after the other, both fail
+    proc, _ = run_steps(tmp_path, "meet-a", "meet-b")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert took < 3.5, f"two 2 s lanes took {took:.1f} s: not side by side"
     # each step's output comes whole, begin and end together
     for name in "ab":
         assert f"{name}-begin\n{name}-end\n" in proc.stdout
     assert proc.stdout.rstrip().endswith("steps: 2 passed, 0 failed")
-    assert (tmp_path / "logs" / "slow-a.log").read_text() == "a-begin\na-end\n"
+    assert (tmp_path / "logs" / "meet-a.log").read_text() == "a-begin\na-end\n"
+
+
+def test_steps_in_one_lane_run_one_after_the_other(tmp_path):
+    """The broken example of the test above: in one lane, meet-a waits for
+    a meet-b that only starts after it, and fails saying so."""
+    proc, _ = run_steps(tmp_path, "meet-a meet-b")
+    assert proc.returncode == 1
+    assert "b never began while this step ran" in proc.stdout
 
 
 def test_a_failed_step_fails_the_run_names_itself_and_the_lane_goes_on(tmp_path):

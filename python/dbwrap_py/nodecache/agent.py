@@ -141,8 +141,11 @@ class NodeAgent:
 
     def _publish_metrics_address(self) -> None:
         """``agent.metrics`` in the cache directory: ``ADDR PORT``, for
-        ``dbwrap-py status``; written whole, a link there replaced."""
+        ``dbwrap-py status``; written whole, a link there replaced. Without
+        metrics, a crashed agent's file goes."""
         if self._metrics is None:
+            with suppress(FileNotFoundError):
+                (self.cache_dir / AGENT_METRICS_FILE).unlink()
             return
         addr, port = self._metrics.address
         fd, temp = temp_file(self.cache_dir, f".{AGENT_METRICS_FILE}.", 0o644)

@@ -106,6 +106,7 @@ class Session(TraverseRequests):
         if reason is not None:
             log(f"pid {self.peer_pid}: {reason}; closing its connection")
         self.closed = True
+        self._waited()  # a parked LOCK ends with its connection
         self._send(None, True)
         for shared in set(self._handles.values()):
             shared.forget(self)

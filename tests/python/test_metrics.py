@@ -269,6 +269,36 @@ def test_daemon_counters_move_with_requests_and_lock_waits():
         wait_for("the connections are gone", lambda: value(scrape(url), "dbwrap_py_proxy_connected_clients") == 0)
 
 
+def test_daemon_counts_the_node_caches_takes_and_moves_in(cluster_options, tmp_path):
+    """Through the daemon, a node cache's takes: a bucket claimed by LOCK,
+    a record taken one by one by MOVE_IN (its bucket another node's)."""
+    with NodeAgentProcess("sqlite_leased", cluster_options, tmp_path / "node-a", node="a", ttl=TTL) as a, \
+            NodeAgentProcess("sqlite_leased", cluster_options, tmp_path / "node-b", node="b", ttl=TTL) as b, \
+            ProxyDaemonProcess(metrics_port="0") as daemon:
+        url = daemon.metrics_url()
+        before = scrape(url)
+        name = str(tmp_path / "locking.tdb")
+        on_a = open_on(cluster_options, a, name)
+        on_a.lock(b"k")  # node a claims k's bucket
+        on_a.unlock(b"k", b"v")
+        opts = {"node_cache": "yes", "node_cache_dir": str(b.cache_dir), **cluster_options}
+        with connect(daemon) as client:
+            db = client.open(name, "sqlite_leased", [f"{k}={v}" for k, v in opts.items()],
+                             tdb_flags=TDB_CLEAR_IF_FIRST)
+            assert client.lock(db, b"mine") is None  # node b claims its bucket
+            client.unlock(db, b"mine", b"x")
+            wait_for("node a hands k over", lambda: client.move_in(db, b"k"))
+            client.close_db(db)
+        on_a.close()
+        after = scrape(url)
+    assert value(after, "dbwrap_py_proxy_node_cache_takes_total", what="bucket") > \
+        value(before, "dbwrap_py_proxy_node_cache_takes_total", what="bucket")
+    assert value(after, "dbwrap_py_proxy_node_cache_takes_total", what="record") > \
+        value(before, "dbwrap_py_proxy_node_cache_takes_total", what="record")
+    assert value(after, "dbwrap_py_proxy_requests_total", op="MOVE_IN") > \
+        value(before, "dbwrap_py_proxy_requests_total", op="MOVE_IN")
+
+
 def test_daemon_metrics_are_off_unless_asked_and_on_127_0_0_1_only():
     with ProxyDaemonProcess() as daemon:
         assert daemon.pid is not None

@@ -17,6 +17,7 @@ packages="
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool
   etcd-server openssl valgrind
   zookeeper python3-kazoo
+  python3-prometheus-client
   ceph-mon ceph-osd ceph-common python3-rados
   maven
   ca-certificates
@@ -53,6 +54,8 @@ packages="
 #                                    (its jars; run by dbwrap_py.testing.servers.zookeeper)
 #   python3-kazoo                    kazoo, the zookeeper adapter's client (a venv with
 #                                    system site packages sees it)
+#   python3-prometheus-client        prometheus_client: the metrics of the node agent and
+#                                    the proxy daemon (--metrics-port; imported only then)
 #   ceph-mon                         ceph-mon, the throwaway Ceph's monitor; its dependency
 #                                    ceph-base brings monmaptool and the OSDs' object
 #                                    classes (cls lock: the rados adapter's record locks)

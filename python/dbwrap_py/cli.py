@@ -16,6 +16,7 @@
                                            a throwaway Cassandra for the cassandra adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py proxy-daemon --socket PATH [--config F [--group G]]  proxy mode's node daemon, until SIGTERM
+  dbwrap-py status --cache-dir D           this node's view: the node agent's lease and its metrics
   dbwrap-py torture [--suite S ...]        smbtorture suites, native against the bridge
   dbwrap-py demo                           smbd on the bridge, opens/s against native tdb
   dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails
@@ -707,6 +708,87 @@ def _cmd_bench_instructions(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the node agent's metrics ``status`` shows, with their labels there
+_STATUS_METRICS = (
+    ("dbwrap_py_node_agent_owned_records", "owned records"),
+    ("dbwrap_py_node_agent_owned_buckets", "owned buckets"),
+    ("dbwrap_py_node_agent_pending_release_requests", "pending release requests"),
+    ("dbwrap_py_node_agent_release_requests_served", "release requests served"),
+    ("dbwrap_py_node_agent_records_handed_back", "records handed back"),
+    ("dbwrap_py_node_agent_lease_renewal_failures", "lease renewal failures"),
+    ("dbwrap_py_node_agent_lease_regrants", "lease re-grants"),
+)
+
+
+def _agent_metrics(cache_dir: Path) -> tuple[str, dict[str, float]] | None:
+    """(URL, sample values by name) of the agent's metrics, or None when it
+    serves none (no agent.metrics)."""
+    import urllib.request
+
+    from dbwrap_py.metrics import AGENT_METRICS_FILE, prometheus
+
+    try:
+        addr, port = (cache_dir / AGENT_METRICS_FILE).read_text().split()
+    except FileNotFoundError:
+        return None
+    host = f"[{addr}]" if ":" in addr else addr
+    url = f"http://{host}:{int(port)}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    prometheus()  # the library, or what to install
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {sample.name: sample.value for family in text_string_to_metric_families(text)
+              for sample in family.samples if not sample.labels}
+    return url, values
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from dbwrap_py.nodecache.state import STATE_FILE, read_header
+
+    cache_dir = Path(args.cache_dir)
+    try:
+        state = read_header(cache_dir)
+    except FileNotFoundError:
+        print(f"dbwrap-py status: no node agent serves {cache_dir} (no {STATE_FILE}): start one with "
+              f"dbwrap-py node-agent --cache-dir {cache_dir} ...", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"dbwrap-py status: {exc}", file=sys.stderr)
+        return 1
+    alive = True
+    try:
+        os.kill(state.agent_pid, 0)
+    except ProcessLookupError:
+        alive = False
+    except PermissionError:
+        pass
+    print(f"node {state.node}: agent pid {state.agent_pid} {state.status}"
+          + ("" if alive else " (not running: it crashed; the node's records are void)"))
+    left = state.valid_until - time.monotonic()
+    if state.lease_id and left > 0:
+        print(f"lease {state.lease_id:x}: valid for {left:.1f} s more")
+    else:
+        print(f"lease {state.lease_id:x}: not valid now" if state.lease_id else "lease: none")
+    if not alive:
+        return 1
+    try:
+        metrics = _agent_metrics(cache_dir)
+    except (OSError, ValueError, DbwrapError) as exc:
+        print(f"metrics: not read ({exc})")
+        return 1
+    if metrics is None:
+        print("metrics: not served (the agent has no --metrics-port)")
+        return 0
+    url, values = metrics
+    print(f"metrics: {url}")
+    for name, label in _STATUS_METRICS:
+        for sample in (name, name + "_total"):
+            if sample in values:
+                print(f"  {label}: {values[sample]:g}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dbwrap-py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -781,6 +863,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                          help="adapter option (repeatable), e.g. node_cache=yes")
     cluster.set_defaults(fn=_cmd_cluster)
+    status = sub.add_parser("status", help="this node's view: the node agent's lease, and its metrics if "
+                                           "it serves them")
+    status.add_argument("--cache-dir", required=True, help="the node agent's cache directory (node_cache_dir)")
+    status.set_defaults(fn=_cmd_status)
     server = sub.add_parser("server", help="an adapter's throwaway server on 127.0.0.1 until Ctrl-C")
     server.add_argument("adapter", help="e.g. etcd")
     server.add_argument("-o", "--option", action="append", default=[], metavar="K=V",

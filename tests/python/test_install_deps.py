@@ -67,6 +67,7 @@ USED_FILES = [
      "the rados Python binding (rados adapter, throwaway Ceph's probes)"),
     ("/usr/share/java/zookeeper.jar", "the throwaway ZooKeeper (dbwrap_py.testing.servers.zookeeper)"),
     ("/usr/lib/python3/dist-packages/kazoo/client.py", "kazoo, the zookeeper adapter's client"),
+    ("/usr/lib/python3/dist-packages/prometheus_client/exposition.py", "the agent's and the daemon's metrics"),
         ("/usr/bin/java", "the throwaway Cassandra (python/dbwrap_py/testing/servers/cassandra.py)"),
     ("/usr/bin/mvn", "the throwaway Cassandra's jars, from Maven Central"),
     ("/usr/bin/valgrind", "make test-memcheck, make bench-bridge"),

@@ -512,6 +512,14 @@ static PyObject *lr_scan_buckets(LocalRecords *self, PyObject *arg)
 	return scan(self, arg, false, true, &held);
 }
 
+/* scan_buckets_free(lease): scan_buckets's list for the chains no process holds */
+static PyObject *lr_scan_buckets_free(LocalRecords *self, PyObject *arg)
+{
+	size_t held = 0;
+
+	return scan(self, arg, false, false, &held);
+}
+
 /* keep(key, lease, token, flags, value): a record moved in, as the local copy */
 static PyObject *lr_keep(LocalRecords *self, PyObject *args)
 {
@@ -651,6 +659,9 @@ static PyMethodDef lr_methods[] = {
 	  " the number of chains passed); never waits." },
 	{ "scan_buckets", (PyCFunction)lr_scan_buckets, METH_O,
 	  "scan_buckets(lease): [(number, token)] of the buckets the node holds." },
+	{ "scan_buckets_free", (PyCFunction)lr_scan_buckets_free, METH_O,
+	  "scan_buckets_free(lease): scan_buckets's buckets in the chains no process holds now;"
+	  " never waits." },
 	{ "keep", (PyCFunction)lr_keep, METH_VARARGS,
 	  "keep(key, lease, token, flags, value): a record moved in, kept locally." },
 	{ "write", (PyCFunction)lr_write, METH_VARARGS,

@@ -1,6 +1,7 @@
 """The node agent: one per node, like ctdbd, for any adapter with the node cache.
 
     dbwrap-py node-agent --adapter ADAPTER --cache-dir DIR [--node NAME] [-o K=V ...]
+                         [--metrics-port [ADDR:]PORT]
 
 It holds the node lease (everything the node owns is held on it) and
 publishes it to the node's processes in ``DIR/node.state``; serves release
@@ -32,13 +33,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 
 from dbwrap_py.errors import ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.leased import renewal_timeout
+from dbwrap_py.metrics import AGENT_METRICS_FILE, MetricsServer, parse_listen
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
@@ -88,6 +90,17 @@ class NodeAgent:
         self._lease_until = 0.0  # a TTL after the store's last answer on it: it may hold it till then
         self._granted_at = 0.0  # when the grant was sent: the keepalives count from there
         self.served = self.vacuumed = self.written_through = 0
+        #: keepalives answered, failed, and leases granted anew after one expired
+        self.renewals = self.renewal_failures = self.regrants = 0
+        #: told each answered keepalive's seconds (the metrics' histogram)
+        self.renewal_observer: Callable[[float], None] | None = None
+        #: records and buckets owned at the last vacuum pass, counted only
+        #: while metrics are served (count_owned)
+        self.count_owned = False
+        self.owned_records = self.owned_buckets = 0
+        self._published_until = 0.0  # CLOCK_MONOTONIC: what the state file says
+        self._pending: dict[tuple[bytes, bytes], None] = {}  # requests held by a process of the node
+        self._metrics: MetricsServer | None = None
         self._stopping = threading.Event()
         self._released = threading.Event()  # after the drain: keepalives end
         self._mutex = threading.Lock()      # self.lease, between the keepalive thread and us
@@ -109,11 +122,62 @@ class NodeAgent:
             raise ServerError(f"another node agent serves {self.cache_dir}") from None
         self._writer = StateWriter(self.cache_dir, self.node)
         self._grant()
+        self._publish_metrics_address()
         threading.Thread(target=self._keepalive, name="keepalive", daemon=True).start()
         threading.Thread(target=self._listen, name="requests", daemon=True).start()
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def serve_metrics(self, addr: str, port: int) -> tuple[str, int]:
+        """Prometheus metrics at http://ADDR:PORT/metrics until the agent
+        stops (metrics.py); where it listens. Before start(): a port that
+        cannot be had stops the agent before it takes a lease."""
+        from dbwrap_py.metrics import agent_registry, serve
+
+        self.count_owned = True
+        self._metrics = serve(agent_registry(self), addr, port)
+        return self._metrics.address
+
+    def _publish_metrics_address(self) -> None:
+        """``agent.metrics`` in the cache directory: ``ADDR PORT``, for
+        ``dbwrap-py status``; written whole, a link there replaced. Without
+        metrics, a crashed agent's file goes."""
+        if self._metrics is None:
+            with suppress(FileNotFoundError):
+                (self.cache_dir / AGENT_METRICS_FILE).unlink()
+            return
+        addr, port = self._metrics.address
+        fd, temp = temp_file(self.cache_dir, f".{AGENT_METRICS_FILE}.", 0o644)
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(f"{addr} {port}\n")
+            os.replace(temp, self.cache_dir / AGENT_METRICS_FILE)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+
+    def _stop_metrics(self) -> None:
+        if self._metrics is None:
+            return
+        with suppress(FileNotFoundError):
+            (self.cache_dir / AGENT_METRICS_FILE).unlink()
+        self._metrics.close()
+        self._metrics = None
+
+    def pending_requests(self) -> int:
+        """Release requests waiting: queued, or held by a process of the node."""
+        return self._requests.qsize() + len(self._pending)
+
+    def lease_valid_seconds(self) -> float:
+        """For how long the published node lease is surely alive (0: not)."""
+        return max(0.0, self._published_until - time.monotonic())
+
+    def _publish(self, lease_id: int, valid_until: float) -> None:
+        assert self._writer is not None
+        self._writer.publish(lease_id, valid_until)
+        self._published_until = valid_until
 
     def _current(self) -> NodeLease:
         with self._mutex:
@@ -125,8 +189,7 @@ class NodeAgent:
         with self._mutex:
             self.lease = lease
         self._granted_at, self._lease_until = sent, time.monotonic() + lease.ttl
-        assert self._writer is not None
-        self._writer.publish(lease.id, sent + lease.ttl - self.margin)
+        self._publish(lease.id, sent + lease.ttl - self.margin)
         _log(f"node {self.node.decode()}, lease {lease.id:x}, ttl {lease.ttl:g} s, cache {self.cache_dir}")
 
     def _interval(self, granted: float) -> float:
@@ -143,16 +206,20 @@ class NodeAgent:
             sent = time.monotonic()
             try:
                 ttl = self.store.keepalive(lease, renewal_timeout(interval, self._lease_until - sent))
+                self.renewals += 1
+                if self.renewal_observer is not None:
+                    self.renewal_observer(time.monotonic() - sent)
                 if ttl > 0:
                     self._lease_until = time.monotonic() + ttl
-                    assert self._writer is not None
-                    self._writer.publish(lease.id, sent + ttl - self.margin)
+                    self._publish(lease.id, sent + ttl - self.margin)
                     interval = self._interval(ttl)
                 elif not self._stopping.is_set():
                     _log(f"lease {lease.id:x} expired: the node's records are void; a new lease")
+                    self.regrants += 1
                     self._grant()
                     interval = self._interval(self._current().ttl)
             except (DbwrapError, OSError) as exc:
+                self.renewal_failures += 1
                 _log(f"keepalive: {exc}")
                 interval = max(0.05, self.ttl / 10)  # sooner while the store is away
             wait = max(0.0, sent + interval - time.monotonic())  # a slow answer is not added to it
@@ -170,7 +237,7 @@ class NodeAgent:
     # -- the work -------------------------------------------------------------------
 
     def run(self) -> None:
-        pending: dict[tuple[bytes, bytes], None] = {}  # held by a process of the node
+        pending = self._pending  # held by a process of the node
         next_vacuum = time.monotonic() + VACUUM_SECONDS
         while not self._stopping.is_set():
             try:
@@ -259,9 +326,14 @@ class NodeAgent:
         and hand back a slice of those the store must hear of."""
         lease = self._current()
         budget = VACUUM_SLICE
+        records = buckets = 0
         for cache in self._local_caches():
             try:
-                for key, local in cache.free_local_records(lease.id)[0]:  # held ones next time
+                found = cache.free_local_records(lease.id)[0]  # held ones next time
+                if self.count_owned:
+                    records += len(found)
+                    buckets += len(cache.records.scan_buckets_free(lease.id))  # never waits
+                for key, local in found:
                     if local.value is not None:
                         continue
                     if not self._requests.empty():
@@ -274,6 +346,7 @@ class NodeAgent:
                         budget -= 0 if local_only else 1
             except (DbwrapError, OSError) as exc:
                 _log(f"vacuum {cache.db_id!r}: {exc}")
+        self.owned_records, self.owned_buckets = records, buckets  # a whole pass only
 
     # -- draining -------------------------------------------------------------------
 
@@ -292,6 +365,7 @@ class NodeAgent:
             except (DbwrapError, OSError) as exc:
                 _log(f"drain {cache.db_id!r}: {exc}")
         self._released.set()
+        self._stop_metrics()
         self._writer.remove()
         try:
             self.store.revoke(lease)
@@ -309,7 +383,8 @@ class NodeAgentProcess:
     """``dbwrap-py node-agent`` as a child process, stopped by PID."""
 
     def __init__(self, adapter: str, options: Mapping[str, str], cache_dir: str | Path | None = None,
-                 node: str = "node0", ttl: float | None = None, start_timeout: float = 15.0) -> None:
+                 node: str = "node0", ttl: float | None = None, start_timeout: float = 15.0,
+                 metrics_port: str | None = None) -> None:
         self.adapter = adapter
         #: seconds start() waits for the agent's first lease (a store just
         #: started, such as three Cassandra nodes making their schema, is slow)
@@ -317,6 +392,8 @@ class NodeAgentProcess:
         self.options = dict(options)
         self.node = node
         self.ttl = ttl
+        #: the agent's --metrics-port ([ADDR:]PORT; "0": any free port); None: no metrics
+        self.metrics_port = metrics_port
         self._own_dir = cache_dir is None
         self.cache_dir = Path(cache_dir) if cache_dir else Path(tempfile.mkdtemp(prefix="dbwrap-py-node-"))
         self.log = self.cache_dir / "agent.log"
@@ -347,6 +424,7 @@ class NodeAgentProcess:
         argv = [sys.executable, "-m", "dbwrap_py.nodecache.agent", "--adapter", self.adapter,
                 "--cache-dir", str(self.cache_dir), "--node", self.node,
                 *([f"--ttl={self.ttl:g}"] if self.ttl else []),
+                *(["--metrics-port", self.metrics_port] if self.metrics_port is not None else []),
                 "--options-file", str(self._write_options_file())]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
@@ -367,6 +445,14 @@ class NodeAgentProcess:
                 time.sleep(0.02)
         finally:
             state.close()
+
+    def metrics_url(self) -> str:
+        """Where the running agent serves its metrics (its agent.metrics file)."""
+        try:
+            addr, port = (self.cache_dir / AGENT_METRICS_FILE).read_text().split()
+        except FileNotFoundError:
+            raise ServerError(f"node agent {self.node} serves no metrics (no --metrics-port)") from None
+        return f"http://{f'[{addr}]' if ':' in addr else addr}:{port}/metrics"
 
     def _write_options_file(self) -> Path:
         """The options in ``agent.options`` (0600) in the cache directory:
@@ -434,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--options-file", metavar="FILE",
                         help="adapter options, one K=V a line (# comments); mode 0600 if it holds a "
                              "password; -o options come after its")
+    parser.add_argument("--metrics-port", metavar="[ADDR:]PORT",
+                        help="serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR: 127.0.0.1 "
+                             "unless given; 0: any free port); off without it")
     return parser
 
 
@@ -477,7 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_secrets_on_argv(args.option)
         from_file = read_options_file(args.options_file) if args.options_file else []
         options = Options.parse([*from_file, *args.option])
+        listen = parse_listen(args.metrics_port) if args.metrics_port is not None else None
         agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)
+        if listen is not None:  # before the lease: a port it cannot have stops it first
+            addr, port = agent.serve_metrics(*listen)
+            _log(f"metrics on http://{addr}:{port}/metrics")
         agent.start()
     except (DbwrapError, OSError, ServerError) as exc:
         print(f"dbwrap-py node-agent: {exc}", file=sys.stderr)

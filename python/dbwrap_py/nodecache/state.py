@@ -24,7 +24,9 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from dbwrap_py.nodecache import _fastpath
@@ -163,3 +165,40 @@ class StateWriter:
         except FileNotFoundError:
             pass
         self._map.close()
+
+
+_STATUS_NAMES = {RUNNING: "running", DRAINING: "draining", STOPPED: "stopped"}
+
+
+@dataclass(frozen=True)
+class StateHeader:
+    """The state file's header as ``dbwrap-py status`` shows it."""
+
+    agent_pid: int
+    lease_id: int
+    valid_until: float  # CLOCK_MONOTONIC; 0: no live lease published
+    status: str
+    node: str
+
+
+def read_header(cache_dir: str | Path, tries: int = 100) -> StateHeader:
+    """The header of ``cache_dir``'s state file, read whole between two of
+    the agent's writes (FileNotFoundError: no agent serves the directory;
+    ValueError: not a state file)."""
+    path = Path(cache_dir) / STATE_FILE
+    for _ in range(tries):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            data = os.pread(fd, HEADER.size, 0)
+        finally:
+            os.close(fd)
+        if len(data) < HEADER.size:
+            raise ValueError(f"{path}: {len(data)} bytes, not a node agent's state file")
+        magic, seq, pid, lease, valid_until, status, name = HEADER.unpack(data)
+        if magic != MAGIC:
+            raise ValueError(f"{path}: not a node agent's state file (magic {magic!r})")
+        if seq % 2 == 0:
+            return StateHeader(pid, lease, valid_until, _STATUS_NAMES.get(status, f"status {status}"),
+                               name.rstrip(b"\0").decode("utf-8", "replace"))
+        time.sleep(0.001)  # the agent is writing it
+    raise ValueError(f"{path}: the agent kept writing it; try again")

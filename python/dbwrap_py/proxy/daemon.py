@@ -1,6 +1,6 @@
 """The proxy daemon: one per node, holding the adapters for smbd's processes.
 
-    dbwrap-py proxy-daemon --socket PATH [--config FILE [--group NAME]]
+    dbwrap-py proxy-daemon --socket PATH [--config FILE [--group NAME]] [--metrics-port [ADDR:]PORT]
 
 One thread does it all: the socket I/O with ``selectors`` (accept, read
 frames, write replies) and, between two selects, the requests and their
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.log import log, log_request_counts
 from dbwrap_py.errors import DbwrapError
+from dbwrap_py.metrics import MetricsServer, parse_listen
 from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.policy import DaemonConfig
 from dbwrap_py.proxy.process import ProxyDaemonProcess
@@ -119,6 +120,19 @@ class ProxyDaemon:
         self._stopping = False
         #: requests taken in, by op byte: a test sees which ops reached the daemon
         self.requests: dict[int, int] = {}
+        self._metrics: MetricsServer | None = None
+
+    def connected(self) -> int:
+        """Connections (smbd processes) now."""
+        return len(self._connections)
+
+    def serve_metrics(self, addr: str, port: int) -> tuple[str, int]:
+        """Prometheus metrics at http://ADDR:PORT/metrics until the daemon
+        stops (metrics.py); where it listens."""
+        from dbwrap_py.metrics import daemon_registry, serve
+
+        self._metrics = serve(daemon_registry(self), addr, port)
+        return self._metrics.address
 
     # -- the socket -------------------------------------------------------------
 
@@ -354,6 +368,8 @@ class ProxyDaemon:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
+        if self._metrics is not None:
+            self._metrics.close()
         log_request_counts(self.requests)
 
 
@@ -366,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "needs --config)")
     parser.add_argument("--config", help="the root-owned file naming the directories, adapters and "
                                          "options peers may open (docs/proxy-mode.md)")
+    parser.add_argument("--metrics-port", metavar="[ADDR:]PORT",
+                        help="serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR: 127.0.0.1 "
+                             "unless given; 0: any free port); off without it")
     return parser
 
 
@@ -373,7 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = DaemonConfig.load(args.config) if args.config is not None else None
+        listen = parse_listen(args.metrics_port) if args.metrics_port is not None else None
         daemon = ProxyDaemon(args.socket, args.group, config)
+        if listen is not None:  # before the socket: a refused port leaves nothing behind
+            addr, port = daemon.serve_metrics(*listen)
+            log(f"metrics on http://{addr}:{port}/metrics")
         daemon.bind()
     except (KeyError, OSError, ValueError, DbwrapError) as exc:  # KeyError: no such group
         print(f"dbwrap-py proxy-daemon: {exc}", file=sys.stderr)

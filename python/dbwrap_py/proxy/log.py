@@ -15,16 +15,18 @@ def log(text: str) -> None:
     print(f"proxy-daemon[{os.getpid()}]: {text}", file=sys.stderr, flush=True)
 
 
+def op_name(raw: int) -> str:
+    """An op byte's name (a malformed request's: op<N>)."""
+    try:
+        return Op(raw).name
+    except ValueError:
+        return f"op{raw}"
+
+
 def log_request_counts(counts: dict[int, int]) -> None:
     """The requests the daemon took in (each answered, or the connection
     hung up on), by op: its last line as it stops."""
-    def name(raw: int) -> str:
-        try:
-            return Op(raw).name
-        except ValueError:  # a malformed request's
-            return f"op{raw}"
-
-    log(f"{_COUNTS} " + (" ".join(f"{name(op)}={n}" for op, n in sorted(counts.items())) or "none"))
+    log(f"{_COUNTS} " + (" ".join(f"{op_name(op)}={n}" for op, n in sorted(counts.items())) or "none"))
 
 
 def request_counts(log_text: str) -> dict[str, int]:

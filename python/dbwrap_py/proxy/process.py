@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -25,12 +26,14 @@ class ProxyDaemonProcess:
     """
 
     def __init__(self, socket_path: str | Path | None = None, group: str | None = None,
-                 config: str | Path | None = None) -> None:
+                 config: str | Path | None = None, metrics_port: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-"))
         self.socket_path = str(socket_path or self.dir / "proxy.sock")
         self.group = group
         #: the daemon's --config (policy.py); None: root's own daemon, no --group
         self.config = str(config) if config is not None else None
+        #: the daemon's --metrics-port ([ADDR:]PORT; "0": any free port); None: no metrics
+        self.metrics_port = metrics_port
         self.log = self.dir / "daemon.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -54,7 +57,8 @@ class ProxyDaemonProcess:
     def start(self, timeout: float = 15.0) -> None:
         argv = [sys.executable, "-m", "dbwrap_py.proxy.daemon", "--socket", self.socket_path,
                 *(["--group", self.group] if self.group else []),
-                *(["--config", self.config] if self.config else [])]
+                *(["--config", self.config] if self.config else []),
+                *(["--metrics-port", self.metrics_port] if self.metrics_port is not None else [])]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)
@@ -87,6 +91,13 @@ class ProxyDaemonProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def metrics_url(self) -> str:
+        """Where the running daemon serves its metrics, as it logged it."""
+        found = re.findall(r"metrics on (http://\S+/metrics)", self.log_text())
+        if not found:
+            raise ServerError("the proxy daemon serves no metrics (no --metrics-port)")
+        return found[-1]
 
     def request_counts(self) -> dict[str, int]:
         """The requests it took in, by op name, as it logged them when it

@@ -13,6 +13,7 @@ hold of a record and given back with its last, as ``_adapter_held`` notes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from dbwrap_py import ntstatus as nt
@@ -80,6 +81,7 @@ class Session(TraverseRequests):
         self._adapter_held: set[tuple[SharedDatabase, bytes]] = set()
         self._last_handle = self._last_traverse = 0
         self._body = b""  # the request being handled, to run again after a gate
+        self._parked_at: float | None = None  # when a LOCK parked, for the metrics
 
     # -- entry points (each a task posted with later) ----------------------------
 
@@ -104,6 +106,7 @@ class Session(TraverseRequests):
         if reason is not None:
             log(f"pid {self.peer_pid}: {reason}; closing its connection")
         self.closed = True
+        self._waited()  # a parked LOCK ends with its connection
         self._send(None, True)
         for shared in set(self._handles.values()):
             shared.forget(self)
@@ -155,6 +158,8 @@ class Session(TraverseRequests):
     def _adapter(self, shared: SharedDatabase, op: str,
                  fn: Callable[[Database], object]) -> tuple[bool, object]:
         """(True, result) of an adapter call, or (False, its error reply)."""
+        calls = self.table.stats.adapter_calls
+        calls[op] = calls.get(op, 0) + 1
         try:
             return True, shared.call(fn, shared.db)
         except Exception as exc:
@@ -245,16 +250,26 @@ class Session(TraverseRequests):
         if outcome is Outcome.BUSY:
             return wire.reply_error(nt.NT_STATUS_IO_TIMEOUT, "the record is locked by another connection")
         if outcome is Outcome.PARKED:
+            self._parked_at = time.monotonic()
+            self.table.stats.lock_waits += 1
             return None
         return self._locked_value(shared, key)
 
+    def _waited(self) -> None:
+        """A parked LOCK ends (granted or timed out): its wait is counted."""
+        if self._parked_at is not None:
+            self.table.stats.lock_wait_seconds += time.monotonic() - self._parked_at
+            self._parked_at = None
+
     def _lock_granted(self, shared: SharedDatabase, key: bytes) -> None:
+        self._waited()
         if self.closed:  # gone while parked: the hold it was just given goes too
             shared.locks.release(self, key, every_hold=True)
             return
         self._send(self._locked_value(shared, key), False)
 
     def _lock_expired(self, key: bytes, wait_ms: int) -> None:
+        self._waited()
         if not self.closed:
             self._send(wire.reply_error(nt.NT_STATUS_IO_TIMEOUT,
                                         f"the record stayed locked by another connection for {wait_ms} ms"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from dataclasses import dataclass, field
 from concurrent.futures import Future
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
@@ -133,6 +134,18 @@ class SharedDatabase:
         self.locks.forget(owner)
 
 
+@dataclass
+class DaemonStats:
+    """What the daemon counts for its metrics (metrics.py reads them at a
+    scrape; counted on the daemon's one thread, so with no lock)."""
+
+    #: adapter calls by operation ("FETCH", "UNLOCK", "TRANSACTION commit", ...)
+    adapter_calls: dict[str, int] = field(default_factory=dict)
+    #: LOCK requests that parked behind another connection's hold, and how long they waited
+    lock_waits: int = 0
+    lock_wait_seconds: float = 0.0
+
+
 class DatabaseTable:
     """The shared databases by (name, adapter)."""
 
@@ -143,6 +156,11 @@ class DatabaseTable:
         self._open: dict[DatabaseKey, SharedDatabase] = {}
         #: the one thread for adapter calls and the connections' requests
         self.adapter_thread = adapter_thread
+        self.stats = DaemonStats()
+
+    def open_count(self) -> int:
+        with self._mutex:
+            return len(self._open)
 
     def open(self, name: str, hash_size: int, tdb_flags: int, open_flags: int, mode: int,
              lock_order: int, dbwrap_flags: int, adapter: str, options: Sequence[str]) -> SharedDatabase:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import math
 import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
-from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
-from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.adapters.zookeeper import ownership as nodes
+from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, record_ops, session_for, until
+from dbwrap_py.errors import ConfigError, FencedOut, Unavailable
 from dbwrap_py.leased import KEEP, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
 
@@ -68,6 +68,10 @@ class ZooKeeperAdapter(LeasedAdapter):
     def zk(self) -> Session:
         return self._zk or self._connect(may_wipe=False)  # first use in a forked child
 
+    @property
+    def seq(self) -> str:
+        return f"{self.root}/s"
+
     def _path(self, kind: str, key: bytes, token: int | None = None) -> str:
         return f"{self.root}/{kind}/k{key.hex()}" + ("" if token is None else f".{token}")
 
@@ -76,6 +80,12 @@ class ZooKeeperAdapter(LeasedAdapter):
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
         if self._txn is not None:  # our transaction lock excludes every other writer
             return True, self.get(key) if read else None
+        if not self.spec.persistent:  # a node may own it (the node cache): ask it to hand it back
+            ownership = self.ownership()
+            taken, owner, _ = ownership.lock(key, token, None)
+            if owner is not None:
+                ownership.ask(key, owner)
+            return taken, self.get(key) if taken and read else None
         ops: list[Op] = [("create", self._path("l", key), b"", True),
                          ("create", self._path("f", key, token), b"", True)]
         if self.spec.persistent:  # and no transaction lock may be held: create and delete t
@@ -88,36 +98,21 @@ class ZooKeeperAdapter(LeasedAdapter):
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._buffered(key, value):
             return True
-        return self._write(key, [("check", self._path("f", key, token))], value, retry=True)
+        return self.zk.write(self._path("d", key), self.seq, [("check", self._path("f", key, token))], value, True)
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
         if self._buffered(key, value):
             return True
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
-        return self.zk.multi(release) is None if isinstance(value, Keep) else self._write(key, release, value)
+        if isinstance(value, Keep):
+            return self.zk.multi(release) is None
+        return self.zk.write(self._path("d", key), self.seq, release, value)
 
     def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
         """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
         if self._txn is not None and not isinstance(value, Keep):
             self._txn[1][key] = value
         return self._txn is not None
-
-    def _write(self, key: bytes, fence: list[Op], value: bytes | None, retry: bool = False) -> bool:
-        """``fence`` then the write in one multi; False if the fence failed.
-        A record's existence is guessed, and the guess flipped once if wrong.
-        ``retry``: a check-and-write may be sent again (end_lease's may not)."""
-        for present in (True, False):
-            ops = [*fence, *self._record_ops(key, value, present), ("set", f"{self.root}/s", b"")]
-            failed = self.zk.multi(ops, retry)
-            if failed is None or failed[0] < len(fence):
-                return failed is None
-        raise Unavailable(f"zookeeper: writing {key!r}: {failed[1]!r}")
-
-    def _record_ops(self, key: bytes, value: bytes | None, present: bool) -> list[Op]:
-        path = self._path("d", key)
-        if value is None:
-            return [("delete", path)] if present else []
-        return [("set", path, value)] if present else [("create", path, value, False)]
 
     # -- records --------------------------------------------------------------------
 
@@ -134,7 +129,7 @@ class ZooKeeperAdapter(LeasedAdapter):
         return iter([(k, v) for k, v in found.items() if v is not None])
 
     def seqnum(self) -> int:
-        return int(self.zk.stat(f"{self.root}/s").mzxid)
+        return int(self.zk.stat(self.seq).mzxid)
 
     def db_id(self) -> bytes:
         return self.base.encode()
@@ -144,24 +139,15 @@ class ZooKeeperAdapter(LeasedAdapter):
     def transaction_start(self, nonblock: bool = False) -> None:
         token = secrets.randbits(63)
         take: list[Op] = [("create", f"{self.root}/t", b"", True), ("create", f"{self.root}/f/t.{token}", b"", True)]
-        self._until(lambda: self.zk.multi(take) is None, nonblock, "the transaction lock")
+        until(lambda: self.zk.multi(take) is None, self.op_timeout, nonblock, "the transaction lock")
         try:  # record lockers are excluded now: wait for those already in
             mine = {f"k{k.hex()}" for k in self._tokens}
-            self._until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, nonblock, "record locks")
+            until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, self.op_timeout, nonblock,
+                  "record locks")
         except BaseException:
             self._release(token)
             raise
         self._txn = (token, {})
-
-    def _until(self, done: Callable[[], bool], nonblock: bool, what: str) -> None:
-        deadline, pause = time.monotonic() + self.op_timeout, 0.001
-        while not done():
-            if nonblock:
-                raise LockConflict(f"zookeeper: {what} held by another process")
-            if time.monotonic() + pause > deadline:
-                raise Timeout(f"zookeeper: {what} still held after {self.op_timeout:g} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
 
     def transaction_commit(self) -> None:
         (token, writes), self._txn = self._txn or (0, {}), None
@@ -169,8 +155,8 @@ class ZooKeeperAdapter(LeasedAdapter):
             present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
             ops: list[Op] = [("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")]
             for (key, value), old in zip(writes.items(), present):
-                ops += self._record_ops(key, value, old is not None)
-            failed = self.zk.multi([*ops, ("set", f"{self.root}/s", b"")] if writes else ops)
+                ops += record_ops(self._path("d", key), value, old is not None)
+            failed = self.zk.multi([*ops, ("set", self.seq, b"")] if writes else ops)
         except BaseException:
             self._release(token)
             raise
@@ -187,6 +173,28 @@ class ZooKeeperAdapter(LeasedAdapter):
     def _release(self, token: int) -> None:
         with contextlib.suppress(Unavailable):  # else it goes with the session
             self.zk.multi([("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")])
+
+    # -- the node cache (ownership.py) --------------------------------------------------
+
+    @classmethod
+    def node_store(cls, options: Options) -> nodes.ZkNodeStore:
+        """The node agent's session (``dbwrap-py node-agent --adapter zookeeper``)."""
+        return nodes.ZkNodeStore(options)
+
+    def ownership(self) -> nodes.ZkOwnership:
+        return nodes.ZkOwnership(lambda: self.zk, self.base, self.root, self.op_timeout)
+
+    @property
+    def node_cache_id(self) -> bytes:
+        return self.spec.cluster_name.encode()
+
+    @property
+    def wipe_revision(self) -> int:
+        return nodes.wipe_revision(self.root)
+
+    @property
+    def round_trips(self) -> int:
+        return self.zk.round_trips
 
     def after_fork(self) -> None:
         super().after_fork()

@@ -85,7 +85,7 @@ class ZooKeeperAdapter(LeasedAdapter):
             taken, owner, _ = ownership.lock(key, token, None)
             if owner is not None:
                 ownership.ask(key, owner)
-            return taken, self.get(key) if taken and read else None
+            return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
         ops: list[Op] = [("create", self._path("l", key), b"", True),
                          ("create", self._path("f", key, token), b"", True)]
         if self.spec.persistent:  # and no transaction lock may be held: create and delete t
@@ -119,7 +119,13 @@ class ZooKeeperAdapter(LeasedAdapter):
     def get(self, key: bytes) -> bytes | None:
         if self._txn is not None and key in self._txn[1]:
             return self._txn[1][key]
-        return self.zk.get_many([self._path("d", key)])[0]
+        if self.spec.persistent or key in self._tokens:
+            return self.zk.get_many([self._path("d", key)])[0]
+        value, by_node = self.ownership().read(key)
+        if by_node:  # a node's copy is the newer: have it handed back, as a lock does
+            value = self.lock_get(key)
+            self.unlock(key)
+        return value
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         names = self.zk.children(f"{self.root}/d")

@@ -143,6 +143,13 @@ class ZkOwnership(Ownership):
             detached_from = owner.token  # from the claim: record by record
         raise Unavailable(f"zookeeper: the lock of {key!r} kept changing hands")
 
+    def read(self, key: bytes) -> tuple[bytes | None, bool]:
+        """A process's read of ``key``: its value, and whether a node may own it."""
+        root = self.root()
+        value, *held = self.zk().get_many([f"{root}/d/k{key.hex()}", f"{root}/l/k{key.hex()}",
+                                           f"{root}/l/b{bucket_of(key):02x}"])
+        return value, any(map(Holder.parse, held))
+
     def ask(self, key: bytes, owner: Holder) -> None:
         """Ask ``owner`` to hand ``key`` back (a process waiting for it)."""
         self.zk().multi([("create", self._request(owner.node, key), b"", True)])

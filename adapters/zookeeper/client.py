@@ -122,9 +122,11 @@ class Session:
         self.round_trips += 1
         return self._wait(self.client.exists_async(path), f"stat {path}")
 
-    def children(self, path: str) -> list[str]:
+    def children(self, *paths: str) -> list[str]:
+        """The children of ``paths`` (one list, the requests sent together)."""
         self.round_trips += 1
-        return list(self._wait(self.client.get_children_async(path), f"children of {path}") or [])
+        pending = [self.client.get_children_async(path) for path in paths]
+        return [name for path, reply in zip(paths, pending) for name in self._wait(reply, f"children of {path}") or []]
 
     def multi(self, ops: Sequence[Op], retry: bool = False) -> tuple[int, Exception] | None:
         """Apply ``ops`` atomically: None, or (index, error) of the op that

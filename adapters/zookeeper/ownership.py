@@ -60,6 +60,10 @@ def nodes_dir(base: str) -> str:
     return base.rsplit("/", 1)[0] + "/_nodes"
 
 
+def lease_path(nodes: str, lease: int) -> str:
+    return f"{nodes}/l/n{lease:x}"
+
+
 @dataclass(frozen=True)
 class Holder:
     """A node's ownership, as a lock's or claim's data."""
@@ -97,7 +101,7 @@ class ZkOwnership(Ownership):
         return f"{self.base}/{(self.zk().get_many([self.base + '/o'])[0] or b'p').decode()}"
 
     def _lease(self, lease: int) -> str:
-        return f"{self.nodes}/l/{lease:x}"
+        return lease_path(self.nodes, lease)
 
     def _request(self, node: bytes, key: bytes) -> str:
         return f"{self.nodes}/r/{node.decode()}/{self.db.hex()}.{key.hex()}"
@@ -241,9 +245,10 @@ class ZkOwnership(Ownership):
 
     def owners(self) -> frozenset[bytes]:
         root, zk = self.root(), self.zk()
-        names = zk.children(f"{root}/l")
-        holders = {(h.node, h.lease): h for h in map(Holder.parse, zk.get_many([f"{root}/l/{n}" for n in names])) if h}
-        return frozenset(h.node for h in holders.values() if self.live(h))
+        names = zk.children(f"{root}/l", f"{self.nodes}/l")  # ours, then the live leases
+        leases = {name for name in names if name[0] == "n"}
+        holders = map(Holder.parse, zk.get_many([f"{root}/l/{name}" for name in names if name[0] in "kb"]))
+        return frozenset(h.node for h in holders if h is not None and f"n{h.lease:x}" in leases)
 
     def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
         return self.zk().stat(self._request(owner, key)) is not None
@@ -274,7 +279,7 @@ class ZkNodeStore(NodeStore):
         self.zk.ensure(f"{self.nodes}/a", f"{self.nodes}/l", f"{self.nodes}/r/{node.decode()}")
         lease = secrets.randbits(62) or 1
         register: list[Op] = [("create", f"{self.nodes}/a/{node.decode()}", b"%x" % lease, True),
-                              ("create", f"{self.nodes}/l/{lease:x}", node, True)]
+                              ("create", lease_path(self.nodes, lease), node, True)]
         try:  # a dead predecessor's session may linger for its timeout
             until(lambda: self.zk.multi(register) is None, ttl + self.op_timeout, False, "the node name")
         except Timeout:
@@ -283,11 +288,11 @@ class ZkNodeStore(NodeStore):
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         """A round trip renews the session; the lease lives while its fence does, in our session."""
-        stat = self.zk._wait(self.zk.client.exists_async(f"{self.nodes}/l/{lease.id:x}"), "keepalive", timeout)
+        stat = self.zk._wait(self.zk.client.exists_async(lease_path(self.nodes, lease.id)), "keepalive", timeout)
         return lease.ttl if stat is not None and stat.ephemeralOwner == self.zk.client.client_id[0] else 0.0
 
     def revoke(self, lease: NodeLease) -> None:
-        self.zk.multi([("delete", f"{self.nodes}/l/{lease.id:x}"), ("delete", f"{self.nodes}/a/{self._node.decode()}")])
+        self.zk.multi([("delete", lease_path(self.nodes, lease.id)), ("delete", f"{self.nodes}/a/{self._node.decode()}")])
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
         woken = threading.Event()

@@ -273,7 +273,7 @@ class ZooKeeperBackend:
         """Record locks and bucket claims the node holds on a live lease, in every database."""
         from kazoo.client import KazooClient
 
-        from dbwrap_py.adapters.zookeeper.ownership import Holder
+        from dbwrap_py.adapters.zookeeper.ownership import Holder, lease_path
 
         client = KazooClient(hosts=self.reach["hosts"])
         client.start(timeout=10)
@@ -285,7 +285,7 @@ class ZooKeeperBackend:
                     for name in client.get_children(folder) if client.exists(folder) else []:
                         holder = Holder.parse(client.get(f"{folder}/{name}")[0])
                         held += bool(holder and holder.node == node
-                                     and client.exists(f"/dbwrap_py/_nodes/l/{holder.lease:x}"))
+                                     and client.exists(lease_path("/dbwrap_py/_nodes", holder.lease)))
             return held
         finally:
             client.stop()

@@ -80,17 +80,13 @@ class ZooKeeperAdapter(LeasedAdapter):
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
         if self._txn is not None:  # our transaction lock excludes every other writer
             return True, self.get(key) if read else None
-        if not self.spec.persistent:  # a node may own it (the node cache): ask it to hand it back
-            ownership = self.ownership()
-            taken, owner, _ = ownership.lock(key, token, None)
-            if owner is not None:
-                ownership.ask(key, owner)
+        if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
+            taken = self.ownership().lock(key, token, None)[0]
             return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
-        ops: list[Op] = [("create", self._path("l", key), b"", True),
-                         ("create", self._path("f", key, token), b"", True)]
-        if self.spec.persistent:  # and no transaction lock may be held: create and delete t
-            ops = [("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"), *ops]
-        failed = self.zk.multi(ops)
+        # and no transaction lock may be held: create and delete t
+        failed = self.zk.multi([("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"),
+                                ("create", self._path("l", key), b"", True),
+                                ("create", self._path("f", key, token), b"", True)])
         if failed is not None and not isinstance(failed[1], NodeExistsError):
             raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
         return failed is None, self.get(key) if failed is None and read else None

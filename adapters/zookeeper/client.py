@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -60,6 +61,12 @@ def record_ops(path: str, value: bytes | None, present: bool) -> list[Op]:
     if value is None:
         return [("delete", path)] if present else []
     return [("set", path, value)] if present else [("create", path, value, False)]
+
+
+def next_generation(data: bytes | None) -> str:
+    """The generation after ``data``'s (``g<n>``; counted from 1)."""
+    number = (data or b"")[1:]
+    return f"g{int(number) + 1 if number.isdigit() and len(number) < 9 else 1}"
 
 
 def until(done: Callable[[], bool], seconds: float, nonblock: bool, what: str) -> None:
@@ -118,9 +125,23 @@ class Session:
         replies = [self._wait(reply, f"get {path}") for path, reply in zip(paths, pending)]
         return [None if reply is None else reply[0] for reply in replies]
 
-    def stat(self, path: str) -> Any:
+    def stat(self, path: str, timeout: float | None = None) -> Any:
         self.round_trips += 1
-        return self._wait(self.client.exists_async(path), f"stat {path}")
+        return self._wait(self.client.exists_async(path), f"stat {path}", timeout)
+
+    def new_children(self, path: str, stop: threading.Event, poll: float = 1.0) -> Iterator[str]:
+        """Each child of ``path`` as it comes (a kazoo watch), and every one
+        there again after ``poll`` seconds without a change, until ``stop``."""
+        woken, seen = threading.Event(), set()
+
+        def watcher(_event: object) -> None:  # one function: kazoo keeps one watcher
+            woken.set()
+
+        while not stop.is_set():
+            woken.clear()
+            names = set(self._wait(self.client.get_children_async(path, watch=watcher), f"watch {path}") or [])
+            yield from sorted(names - seen)
+            seen = names if woken.wait(poll) else set()
 
     def children(self, *paths: str) -> list[str]:
         """The children of ``paths`` (one list, the requests sent together)."""
@@ -182,8 +203,8 @@ class Session:
     def open_root(self, base: str, persistent: bool, may_wipe: bool) -> tuple[str, str]:
         """(the folder a database's znodes live in, our opener znode or "").
         A persistent database's is ``base/p``. A volatile one's is a
-        generation, ``base/g<n>``, named in ``base/o``'s data (``n``: ``o``'s
-        version once it names it, so later generations have higher numbers): the first
+        generation, ``base/g<n>``, named in ``base/o``'s data (``n``: one
+        more than the generation before): the first
         opener (``may_wipe`` and no other) starts a new one, which is
         TDB_CLEAR_IF_FIRST's wipe, and removes the old ones."""
         opener, generation = "", "p"
@@ -207,7 +228,7 @@ class Session:
         while time.monotonic() < deadline:
             data, stat = self._wait(self.client.get_async(openers), f"get {openers}")
             fresh = may_wipe and not self.children(openers)
-            generation = f"g{stat.version + 1}" if fresh or not data else data.decode()
+            generation = next_generation(data) if fresh or not data else data.decode()
             if self.multi([("set", openers, generation.encode(), stat.version), ("create", me, b"", True)]) is None:
                 return generation, me
         raise Timeout(f"zookeeper: could not join the openers of {openers} within {self.config.op_timeout:g} s")

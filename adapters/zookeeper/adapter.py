@@ -4,22 +4,25 @@ this process's ZooKeeper session, the lease (docs/adapters/zookeeper.md).
 Under ``<prefix>/<cluster_name>/<generation>``: ``d/k<hex key>`` records,
 ``l/k<hex key>`` locks, ``f/k<hex key>.<token>`` their fences (made with the
 lock in one multi, checked by every write under it), ``s`` the seqnum (its
-mzxid), ``t`` the transaction lock. Kazoo plumbing: ``client.py``.
+mzxid), ``t`` the transaction lock (``transactions.py``). Kazoo plumbing:
+``client.py``. The node cache (volatile databases): ``ownership.py``; a
+record lock here is refused while a node owns the record, and that node is
+asked to hand it over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import secrets
 from collections.abc import Iterator, Mapping
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.zookeeper import ownership as nodes
-from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, record_ops, session_for, until
-from dbwrap_py.errors import ConfigError, FencedOut, Unavailable
+from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
+from dbwrap_py.adapters.zookeeper.transactions import Transactions
+from dbwrap_py.errors import ConfigError, Unavailable
 from dbwrap_py.leased import KEEP, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
 
@@ -27,7 +30,7 @@ from dbwrap_py.options import Options
 MAX_VALUE_SIZE = 1_000_000
 
 
-class ZooKeeperAdapter(LeasedAdapter):
+class ZooKeeperAdapter(Transactions, LeasedAdapter):
     capabilities = Capabilities(transactions=True, max_value_size=MAX_VALUE_SIZE, lock_release_seconds=6.0,
                                 notes=("a transaction is one multi: its writes must fit in jute.maxbuffer",))
     option_names = ("hosts", "prefix", "session_timeout", "op_timeout")
@@ -48,8 +51,8 @@ class ZooKeeperAdapter(LeasedAdapter):
             raise ConfigError("zookeeper: option hosts (host:port,...) is required")
         prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
         self.base = f"/{prefix}/{spec.cluster_name}" if prefix else f"/{spec.cluster_name}"
+        self.node_cache_id = spec.cluster_name.encode()
         self.capabilities = self.declared_capabilities(options)
-        self._txn: tuple[int, dict[bytes, bytes | None]] | None = None
         self._zk: Session | None = None
         self._opener = ""
         self._connect(may_wipe=True)
@@ -58,6 +61,7 @@ class ZooKeeperAdapter(LeasedAdapter):
         session = session_for(self.config)
         try:
             self.root, self._opener = session.open_root(self.base, self.spec.persistent, may_wipe)
+            self.seq, self.wipe_revision = f"{self.root}/s", nodes.wipe_revision(self.root)
         except BaseException:
             let_go(session)
             raise
@@ -67,10 +71,6 @@ class ZooKeeperAdapter(LeasedAdapter):
     @property
     def zk(self) -> Session:
         return self._zk or self._connect(may_wipe=False)  # first use in a forked child
-
-    @property
-    def seq(self) -> str:
-        return f"{self.root}/s"
 
     def _path(self, kind: str, key: bytes, token: int | None = None) -> str:
         return f"{self.root}/{kind}/k{key.hex()}" + ("" if token is None else f".{token}")
@@ -104,12 +104,6 @@ class ZooKeeperAdapter(LeasedAdapter):
             return self.zk.multi(release) is None
         return self.zk.write(self._path("d", key), self.seq, release, value)
 
-    def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
-        """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
-        if self._txn is not None and not isinstance(value, Keep):
-            self._txn[1][key] = value
-        return self._txn is not None
-
     # -- records --------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
@@ -136,63 +130,12 @@ class ZooKeeperAdapter(LeasedAdapter):
     def db_id(self) -> bytes:
         return self.base.encode()
 
-    # -- transactions (persistent databases) --------------------------------------------
-
-    def transaction_start(self, nonblock: bool = False) -> None:
-        token = secrets.randbits(63)
-        take: list[Op] = [("create", f"{self.root}/t", b"", True), ("create", f"{self.root}/f/t.{token}", b"", True)]
-        until(lambda: self.zk.multi(take) is None, self.op_timeout, nonblock, "the transaction lock")
-        try:  # record lockers are excluded now: wait for those already in
-            mine = {f"k{k.hex()}" for k in self._tokens}
-            until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, self.op_timeout, nonblock,
-                  "record locks")
-        except BaseException:
-            self._release(token)
-            raise
-        self._txn = (token, {})
-
-    def transaction_commit(self) -> None:
-        (token, writes), self._txn = self._txn or (0, {}), None
-        try:
-            present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
-            ops: list[Op] = [("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")]
-            for (key, value), old in zip(writes.items(), present):
-                ops += record_ops(self._path("d", key), value, old is not None)
-            failed = self.zk.multi([*ops, ("set", self.seq, b"")] if writes else ops)
-        except BaseException:
-            self._release(token)
-            raise
-        if failed is not None:
-            self._release(token)
-            if failed[0] < 2 and isinstance(failed[1], NoNodeError):
-                raise FencedOut("zookeeper: the transaction lock went with its session; nothing was written")
-            raise Unavailable(f"zookeeper: transaction refused, nothing written: {failed[1]!r}")
-
-    def transaction_cancel(self) -> None:
-        (token, _), self._txn = self._txn or (0, {}), None
-        self._release(token)
-
-    def _release(self, token: int) -> None:
-        with contextlib.suppress(Unavailable):  # else it goes with the session
-            self.zk.multi([("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")])
-
     # -- the node cache (ownership.py) --------------------------------------------------
 
-    @classmethod
-    def node_store(cls, options: Options) -> nodes.ZkNodeStore:
-        """The node agent's session (``dbwrap-py node-agent --adapter zookeeper``)."""
-        return nodes.ZkNodeStore(options)
+    node_store = nodes.ZkNodeStore  # the agent's side: node_store(options)
 
     def ownership(self) -> nodes.ZkOwnership:
         return nodes.ZkOwnership(lambda: self.zk, self.base, self.root, self.op_timeout)
-
-    @property
-    def node_cache_id(self) -> bytes:
-        return self.spec.cluster_name.encode()
-
-    @property
-    def wipe_revision(self) -> int:
-        return nodes.wipe_revision(self.root)
 
     @property
     def round_trips(self) -> int:

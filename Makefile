@@ -430,6 +430,8 @@ test-conformance-proxy: all ## every conformance table in proxy mode (make test-
 		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model \
 		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
+	$(VPY) -m dbwrap_py.cli check zookeeper -o transport=proxy -o session_timeout=2 \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
 
 # Three-node Samba clusters (ctdb; etcd, rados, cassandra and the fdb model,
 # each without and with the node cache; and a broken one the checks must

@@ -1,18 +1,15 @@
 """The zookeeper adapter's side of the node cache (dbwrap_py.nodecache.protocol).
 
-A node lease is the agent's session, registered as ephemeral znodes under
-``<prefix>/_nodes``: ``a/<node>`` (one live agent a name) and ``l/n<lease>``,
-the lease's fence. Ownership: persistent znodes (processes make them, not
-the agent's session) valued ``<node>:<lease>:<token>`` in the generation:
-``l/k<key>`` a record lock (a process's own is ephemeral and empty: the two
-exclude each other), ``l/b<bb>`` a bucket claim, each with a fence
-``f/k<key>.<token>`` / ``f/b<bb>.<token>``; ``f/x<key>.<token>`` marks the
-key detached from claim ``token``. Every take and claim checks the lease's
-fence in its multi, every write-back its token's fence; an ownership whose
-lease fence is gone is dead, removed with its fence by whoever meets it.
-Release requests: ephemeral ``r/<node>/<db>.<key>`` (hex) of the asking
-process's session, which the agent watches. Tokens: the generation's number
-above 32 random bits (docs/adapters/zookeeper.md has the details).
+A node lease is the agent's session: ephemeral ``<prefix>/_nodes/a/<node>``
+(one live agent a name) and ``l/n<lease>``, the lease's fence, which every
+take and claim checks. Ownership is persistent znodes (processes make them)
+valued ``<node>:<lease>:<token>``: ``l/k<key>`` a record lock (a process's
+own is ephemeral and empty: the two exclude each other), ``l/b<bb>`` a
+bucket claim, each with a fence ``f/k<key>.<token>`` / ``f/b<bb>.<token>``
+that every write-back checks; ``f/x<key>.<token>`` marks a key detached
+from claim ``token``. Whoever meets an ownership whose lease fence is gone
+removes it. Release requests: ephemeral ``_nodes/r/<node>/<db>.<key>`` (hex)
+of the asker's session, watched by the agent. docs/adapters/zookeeper.md.
 """
 
 from __future__ import annotations
@@ -127,10 +124,8 @@ class ZkOwnership(Ownership):
                 raise Unavailable(f"zookeeper: taking the lock of {key!r}: {failed[1]!r}")
             data = zk.get_many([znode(root, kind, key)])[0]
             owner = Holder.parse(data)
-            if owner is None and data is not None:
-                return False, None, False  # a process's lock
             if owner is None:
-                continue  # gone meanwhile
+                return False, None, False  # a process's lock, or gone meanwhile: the caller tries again
             if not self.live(owner):
                 zk.multi([("delete", znode(root, kind, key, owner.token)), ("delete", znode(root, kind, key))])
             elif at == 0 or zk.stat(znode(root, "x", key, owner.token)) is None:

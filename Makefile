@@ -96,7 +96,7 @@ INSTALLED_CFLAGS :=
 	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
 	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
-	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb \
+	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb test-conformance-zookeeper \
 	preload-claiming test-cluster-torture-failover test-sid-torture-failover \
 	deb test-deb package-build package-install
 
@@ -374,12 +374,13 @@ test-python-servers: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB) ## pytest's te
 # sqlite_leased with the node cache too (a throwaway agent on a temporary
 # cluster file; without it, it runs under pytest). fdb runs on a throwaway
 # model of FoundationDB (no FoundationDB can run here), without and with the
-# node cache: its tables say fdb (model). The tables that use separate
+# node cache: its tables say fdb (model); zookeeper on a throwaway server
+# (Debian's jar), without and with the node cache. The tables that use separate
 # servers run side by side, in two lanes.
 test-conformance: all venv-scylla ## every adapter's conformance table, with and without the node cache
 	@$(STEPS) --title "make test-conformance" --logs $(RESULTS)/test-conformance \
 		"test-conformance-tdb test-conformance-local test-conformance-etcd test-conformance-fdb" \
-		"test-conformance-rados test-conformance-cassandra"
+		"test-conformance-rados test-conformance-cassandra test-conformance-zookeeper"
 
 test-conformance-tdb: all ## the conformance tables for tdb and memory (no server)
 	$(VPY) -m dbwrap_py.cli check tdb
@@ -404,6 +405,9 @@ test-conformance-cassandra: all venv-scylla ## conformance on a throwaway Cassan
 test-conformance-fdb: all ## conformance on the fdb model, without and with the node cache
 	$(VPY) -m dbwrap_py.cli check fdb -o fdb_library=model --variant node_cache=yes
 
+test-conformance-zookeeper: all ## conformance on a throwaway ZooKeeper, without and with the node cache
+	$(VPY) -m dbwrap_py.cli check zookeeper -o session_timeout=2 --variant node_cache=yes
+
 # One table on each throwaway server (test-setup).
 test-conformance-servers: all ## one conformance table on each throwaway server (test-setup)
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2
@@ -425,6 +429,8 @@ test-conformance-proxy: all ## every conformance table in proxy mode (make test-
 	$(VPY) -m dbwrap_py.cli check cassandra -o transport=proxy -o lease=2 \
 		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
 	$(VPY) -m dbwrap_py.cli check fdb -o transport=proxy -o fdb_library=model \
+		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
+	$(VPY) -m dbwrap_py.cli check zookeeper -o transport=proxy -o session_timeout=2 \
 		--variant "node_cache=yes proxy_fastpath=no" --variant node_cache=yes
 
 # Three-node Samba clusters (ctdb; etcd, rados, cassandra and the fdb model,

@@ -4,22 +4,25 @@ this process's ZooKeeper session, the lease (docs/adapters/zookeeper.md).
 Under ``<prefix>/<cluster_name>/<generation>``: ``d/k<hex key>`` records,
 ``l/k<hex key>`` locks, ``f/k<hex key>.<token>`` their fences (made with the
 lock in one multi, checked by every write under it), ``s`` the seqnum (its
-mzxid), ``t`` the transaction lock. Kazoo plumbing: ``client.py``.
+mzxid), ``t`` the transaction lock (``transactions.py``). Kazoo plumbing:
+``client.py``. The node cache (volatile databases): ``ownership.py``; a
+record lock here is refused while a node owns the record, and that node is
+asked to hand it over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
-from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.adapters.zookeeper.transactions import Transactions
+from dbwrap_py.errors import ConfigError, Unavailable
 from dbwrap_py.leased import KEEP, Keep, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
 
@@ -27,7 +30,7 @@ from dbwrap_py.options import Options
 MAX_VALUE_SIZE = 1_000_000
 
 
-class ZooKeeperAdapter(LeasedAdapter):
+class ZooKeeperAdapter(Transactions, LeasedAdapter):
     capabilities = Capabilities(transactions=True, max_value_size=MAX_VALUE_SIZE, lock_release_seconds=6.0,
                                 notes=("a transaction is one multi: its writes must fit in jute.maxbuffer",))
     option_names = ("hosts", "prefix", "session_timeout", "op_timeout")
@@ -48,8 +51,8 @@ class ZooKeeperAdapter(LeasedAdapter):
             raise ConfigError("zookeeper: option hosts (host:port,...) is required")
         prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
         self.base = f"/{prefix}/{spec.cluster_name}" if prefix else f"/{spec.cluster_name}"
+        self.node_cache_id = spec.cluster_name.encode()
         self.capabilities = self.declared_capabilities(options)
-        self._txn: tuple[int, dict[bytes, bytes | None]] | None = None
         self._zk: Session | None = None
         self._opener = ""
         self._connect(may_wipe=True)
@@ -58,6 +61,7 @@ class ZooKeeperAdapter(LeasedAdapter):
         session = session_for(self.config)
         try:
             self.root, self._opener = session.open_root(self.base, self.spec.persistent, may_wipe)
+            self.seq, self.wipe_revision = f"{self.root}/s", nodes.wipe_revision(self.root)
         except BaseException:
             let_go(session)
             raise
@@ -76,11 +80,13 @@ class ZooKeeperAdapter(LeasedAdapter):
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
         if self._txn is not None:  # our transaction lock excludes every other writer
             return True, self.get(key) if read else None
-        ops: list[Op] = [("create", self._path("l", key), b"", True),
-                         ("create", self._path("f", key, token), b"", True)]
-        if self.spec.persistent:  # and no transaction lock may be held: create and delete t
-            ops = [("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"), *ops]
-        failed = self.zk.multi(ops)
+        if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
+            taken = self.ownership().lock(key, token, None)[0]
+            return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
+        # and no transaction lock may be held: create and delete t
+        failed = self.zk.multi([("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"),
+                                ("create", self._path("l", key), b"", True),
+                                ("create", self._path("f", key, token), b"", True)])
         if failed is not None and not isinstance(failed[1], NodeExistsError):
             raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
         return failed is None, self.get(key) if failed is None and read else None
@@ -88,43 +94,28 @@ class ZooKeeperAdapter(LeasedAdapter):
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._buffered(key, value):
             return True
-        return self._write(key, [("check", self._path("f", key, token))], value, retry=True)
+        return self.zk.write(self._path("d", key), self.seq, [("check", self._path("f", key, token))], value, True)
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
         if self._buffered(key, value):
             return True
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
-        return self.zk.multi(release) is None if isinstance(value, Keep) else self._write(key, release, value)
-
-    def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
-        """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
-        if self._txn is not None and not isinstance(value, Keep):
-            self._txn[1][key] = value
-        return self._txn is not None
-
-    def _write(self, key: bytes, fence: list[Op], value: bytes | None, retry: bool = False) -> bool:
-        """``fence`` then the write in one multi; False if the fence failed.
-        A record's existence is guessed, and the guess flipped once if wrong.
-        ``retry``: a check-and-write may be sent again (end_lease's may not)."""
-        for present in (True, False):
-            ops = [*fence, *self._record_ops(key, value, present), ("set", f"{self.root}/s", b"")]
-            failed = self.zk.multi(ops, retry)
-            if failed is None or failed[0] < len(fence):
-                return failed is None
-        raise Unavailable(f"zookeeper: writing {key!r}: {failed[1]!r}")
-
-    def _record_ops(self, key: bytes, value: bytes | None, present: bool) -> list[Op]:
-        path = self._path("d", key)
-        if value is None:
-            return [("delete", path)] if present else []
-        return [("set", path, value)] if present else [("create", path, value, False)]
+        if isinstance(value, Keep):
+            return self.zk.multi(release) is None
+        return self.zk.write(self._path("d", key), self.seq, release, value)
 
     # -- records --------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
         if self._txn is not None and key in self._txn[1]:
             return self._txn[1][key]
-        return self.zk.get_many([self._path("d", key)])[0]
+        if self.spec.persistent or key in self._tokens:
+            return self.zk.get_many([self._path("d", key)])[0]
+        value, by_node = self.ownership().read(key)
+        if by_node:  # a node's copy is the newer: have it handed back, as a lock does
+            value = self.lock_get(key)
+            self.unlock(key)
+        return value
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         names = self.zk.children(f"{self.root}/d")
@@ -134,59 +125,21 @@ class ZooKeeperAdapter(LeasedAdapter):
         return iter([(k, v) for k, v in found.items() if v is not None])
 
     def seqnum(self) -> int:
-        return int(self.zk.stat(f"{self.root}/s").mzxid)
+        return int(self.zk.stat(self.seq).mzxid)
 
     def db_id(self) -> bytes:
         return self.base.encode()
 
-    # -- transactions (persistent databases) --------------------------------------------
+    # -- the node cache (ownership.py) --------------------------------------------------
 
-    def transaction_start(self, nonblock: bool = False) -> None:
-        token = secrets.randbits(63)
-        take: list[Op] = [("create", f"{self.root}/t", b"", True), ("create", f"{self.root}/f/t.{token}", b"", True)]
-        self._until(lambda: self.zk.multi(take) is None, nonblock, "the transaction lock")
-        try:  # record lockers are excluded now: wait for those already in
-            mine = {f"k{k.hex()}" for k in self._tokens}
-            self._until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, nonblock, "record locks")
-        except BaseException:
-            self._release(token)
-            raise
-        self._txn = (token, {})
+    node_store = nodes.ZkNodeStore  # the agent's side: node_store(options)
 
-    def _until(self, done: Callable[[], bool], nonblock: bool, what: str) -> None:
-        deadline, pause = time.monotonic() + self.op_timeout, 0.001
-        while not done():
-            if nonblock:
-                raise LockConflict(f"zookeeper: {what} held by another process")
-            if time.monotonic() + pause > deadline:
-                raise Timeout(f"zookeeper: {what} still held after {self.op_timeout:g} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+    def ownership(self) -> nodes.ZkOwnership:
+        return nodes.ZkOwnership(lambda: self.zk, self.base, self.root, self.op_timeout)
 
-    def transaction_commit(self) -> None:
-        (token, writes), self._txn = self._txn or (0, {}), None
-        try:
-            present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
-            ops: list[Op] = [("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")]
-            for (key, value), old in zip(writes.items(), present):
-                ops += self._record_ops(key, value, old is not None)
-            failed = self.zk.multi([*ops, ("set", f"{self.root}/s", b"")] if writes else ops)
-        except BaseException:
-            self._release(token)
-            raise
-        if failed is not None:
-            self._release(token)
-            if failed[0] < 2 and isinstance(failed[1], NoNodeError):
-                raise FencedOut("zookeeper: the transaction lock went with its session; nothing was written")
-            raise Unavailable(f"zookeeper: transaction refused, nothing written: {failed[1]!r}")
-
-    def transaction_cancel(self) -> None:
-        (token, _), self._txn = self._txn or (0, {}), None
-        self._release(token)
-
-    def _release(self, token: int) -> None:
-        with contextlib.suppress(Unavailable):  # else it goes with the session
-            self.zk.multi([("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")])
+    @property
+    def round_trips(self) -> int:
+        return self.zk.round_trips
 
     def after_fork(self) -> None:
         super().after_fork()

@@ -11,6 +11,7 @@
 * ``multi`` is ZooKeeper's atomic multi-op (kazoo's ``transaction``), with
   ops as tuples: ``("create", path, data, ephemeral)``, ``("set", path,
   data)``, ``("delete", path)``, ``("check", path)`` (exists).
+* ``write``: a fenced write of one record, its existence guessed.
 * ``open_root``: where a database's znodes live, and for a volatile one
   the CLEAR_IF_FIRST opener test (a new generation), in one multi.
 """
@@ -21,8 +22,9 @@ import dataclasses
 import logging
 import os
 import secrets
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,7 +40,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from dbwrap_py.errors import AccessDenied, DbwrapError, Timeout, Unavailable
+from dbwrap_py.errors import AccessDenied, DbwrapError, LockConflict, Timeout, Unavailable
 
 Op = tuple[Any, ...]
 #: kazoo logs every reconnect try; the bridge already logs each error we raise
@@ -54,12 +56,38 @@ class ZkConfig:
     op_timeout: float  # seconds, for each call
 
 
+def record_ops(path: str, value: bytes | None, present: bool) -> list[Op]:
+    """The ops that store ``value`` at ``path`` (None: delete), were it ``present`` or not."""
+    if value is None:
+        return [("delete", path)] if present else []
+    return [("set", path, value)] if present else [("create", path, value, False)]
+
+
+def next_generation(data: bytes | None) -> str:
+    """The generation after ``data``'s (``g<n>``; counted from 1)."""
+    number = (data or b"")[1:]
+    return f"g{int(number) + 1 if number.isdigit() and len(number) < 9 else 1}"
+
+
+def until(done: Callable[[], bool], seconds: float, nonblock: bool, what: str) -> None:
+    """Poll ``done`` (1 ms, doubling to 50 ms) until it holds or ``seconds`` pass."""
+    deadline, pause = time.monotonic() + seconds, 0.001
+    while not done():
+        if nonblock:
+            raise LockConflict(f"zookeeper: {what} held by another process")
+        if time.monotonic() + pause > deadline:
+            raise Timeout(f"zookeeper: {what} still held after {seconds:g} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class Session:
     """One ZooKeeper session of this process (see the module docstring)."""
 
     def __init__(self, config: ZkConfig) -> None:
         self.config = config
         self.users = 0
+        self.round_trips = 0
         retry = {"max_tries": -1, "delay": 0.05, "max_delay": 1.0}  # reconnect soon after an outage
         self.client = KazooClient(hosts=config.hosts, timeout=config.session_timeout,
                                   connection_retry=retry, logger=_QUIET)
@@ -82,25 +110,44 @@ class Session:
         except KazooException as exc:
             raise Unavailable(f"zookeeper: {what}: {exc!r}") from None
 
-    def _wait(self, pending: Any, what: str) -> Any:
+    def _wait(self, pending: Any, what: str, timeout: float | None = None) -> Any:
         """``pending``'s result, None for a missing znode."""
         with self._mapped(what):
             try:
-                return pending.get(timeout=self.config.op_timeout)
+                return pending.get(timeout=self.config.op_timeout if timeout is None else timeout)
             except NoNodeError:
                 return None
 
     def get_many(self, paths: Sequence[str]) -> list[bytes | None]:
         """Each znode's data (None: missing), the reads sent together."""
+        self.round_trips += 1
         pending = [self.client.get_async(p) for p in paths]
         replies = [self._wait(reply, f"get {path}") for path, reply in zip(paths, pending)]
         return [None if reply is None else reply[0] for reply in replies]
 
-    def stat(self, path: str) -> Any:
-        return self._wait(self.client.exists_async(path), f"stat {path}")
+    def stat(self, path: str, timeout: float | None = None) -> Any:
+        self.round_trips += 1
+        return self._wait(self.client.exists_async(path), f"stat {path}", timeout)
 
-    def children(self, path: str) -> list[str]:
-        return list(self._wait(self.client.get_children_async(path), f"children of {path}") or [])
+    def new_children(self, path: str, stop: threading.Event, poll: float = 1.0) -> Iterator[str]:
+        """Each child of ``path`` as it comes (a kazoo watch), and every one
+        there again after ``poll`` seconds without a change, until ``stop``."""
+        woken, seen = threading.Event(), set()
+
+        def watcher(_event: object) -> None:  # one function: kazoo keeps one watcher
+            woken.set()
+
+        while not stop.is_set():
+            woken.clear()
+            names = set(self._wait(self.client.get_children_async(path, watch=watcher), f"watch {path}") or [])
+            yield from sorted(names - seen)
+            seen = names if woken.wait(poll) else set()
+
+    def children(self, *paths: str) -> list[str]:
+        """The children of ``paths`` (one list, the requests sent together)."""
+        self.round_trips += 1
+        pending = [self.client.get_children_async(path) for path in paths]
+        return [name for path, reply in zip(paths, pending) for name in self._wait(reply, f"children of {path}") or []]
 
     def multi(self, ops: Sequence[Op], retry: bool = False) -> tuple[int, Exception] | None:
         """Apply ``ops`` atomically: None, or (index, error) of the op that
@@ -119,6 +166,7 @@ class Session:
                 time.sleep(0.05)
 
     def _multi(self, ops: Sequence[Op]) -> tuple[int, Exception] | None:
+        self.round_trips += 1
         txn = self.client.transaction()
         for kind, path, *rest in ops:
             if kind == "create":
@@ -133,6 +181,20 @@ class Session:
         return next(((i, r) for i, r in enumerate(results)
                      if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
 
+    def write(self, path: str, seq: str, fence: Sequence[Op], value: bytes | None, retry: bool = False) -> bool:
+        """``fence``, then ``value`` at ``path`` (None: delete) and a set of
+        ``seq``, in one multi; False if the fence failed. A record's existence
+        is guessed, and the guess flipped once if wrong. ``retry``: as ``multi``."""
+        for present in (True, False):
+            failed = self.multi([*fence, *record_ops(path, value, present), ("set", seq, b"")], retry)
+            if failed is None or failed[0] < len(fence):
+                return failed is None
+        raise Unavailable(f"zookeeper: writing {path}: {failed[1]!r}")
+
+    def forget(self, path: str) -> None:
+        """Delete ``path`` if it is there, unwaited (a served release request)."""
+        self.client.delete_async(path)
+
     def ensure(self, *paths: str) -> None:
         for path in paths:
             with self._mapped(f"ensure {path}"):
@@ -141,7 +203,8 @@ class Session:
     def open_root(self, base: str, persistent: bool, may_wipe: bool) -> tuple[str, str]:
         """(the folder a database's znodes live in, our opener znode or "").
         A persistent database's is ``base/p``. A volatile one's is a
-        generation, ``base/g<random>``, named in ``base/o``'s data: the first
+        generation, ``base/g<n>``, named in ``base/o``'s data (``n``: one
+        more than the generation before): the first
         opener (``may_wipe`` and no other) starts a new one, which is
         TDB_CLEAR_IF_FIRST's wipe, and removes the old ones."""
         opener, generation = "", "p"
@@ -165,7 +228,7 @@ class Session:
         while time.monotonic() < deadline:
             data, stat = self._wait(self.client.get_async(openers), f"get {openers}")
             fresh = may_wipe and not self.children(openers)
-            generation = f"g{secrets.token_hex(6)}" if fresh or not data else data.decode()
+            generation = next_generation(data) if fresh or not data else data.decode()
             if self.multi([("set", openers, generation.encode(), stat.version), ("create", me, b"", True)]) is None:
                 return generation, me
         raise Timeout(f"zookeeper: could not join the openers of {openers} within {self.config.op_timeout:g} s")

@@ -252,8 +252,56 @@ def fdb_backend() -> Iterator[FdbBackend]:
         yield FdbBackend(cluster_file)
 
 
+class ZooKeeperBackend:
+    """zookeeper: a throwaway one-server ZooKeeper for the module; node
+    leases are the agents' sessions, ownership znodes in each generation's ``l/``."""
+
+    adapter = "zookeeper"
+
+    def __init__(self, reach: dict[str, str]) -> None:
+        self.reach = reach
+
+    def options(self) -> dict[str, str]:
+        return {**self.reach, "session_timeout": str(TTL), "op_timeout": "5"}
+
+    @staticmethod
+    def round_trips(db: Database) -> int:
+        inner = getattr(db.adapter, "inner", db.adapter)
+        return inner.round_trips  # requests, a batch of reads counted once
+
+    def holdings(self, node: bytes) -> int:
+        """Record locks and bucket claims the node holds on a live lease, in every database."""
+        from kazoo.client import KazooClient
+
+        from dbwrap_py.adapters.zookeeper.ownership import Holder, lease_path
+
+        client = KazooClient(hosts=self.reach["hosts"])
+        client.start(timeout=10)
+        try:
+            held = 0
+            for db in client.get_children("/dbwrap_py"):
+                for generation in (g for g in client.get_children(f"/dbwrap_py/{db}") if g[:1] == "g"):
+                    folder = f"/dbwrap_py/{db}/{generation}/l"
+                    for name in client.get_children(folder) if client.exists(folder) else []:
+                        holder = Holder.parse(client.get(f"{folder}/{name}")[0])
+                        held += bool(holder and holder.node == node
+                                     and client.exists(lease_path("/dbwrap_py/_nodes", holder.lease)))
+            return held
+        finally:
+            client.stop()
+            client.close()
+
+
+@contextmanager
+def zookeeper_backend() -> Iterator[ZooKeeperBackend]:
+    from dbwrap_py.testing.servers.zookeeper import throwaway_zookeeper
+
+    with throwaway_zookeeper() as reach:
+        yield ZooKeeperBackend(reach)
+
+
 BACKENDS = {"etcd": etcd_backend, "sqlite_leased": sqlite_leased_backend, "rados": rados_backend,
-            "cassandra": cassandra_backend, "fdb": fdb_backend}
+            "cassandra": cassandra_backend, "fdb": fdb_backend, "zookeeper": zookeeper_backend}
 
 
 #: the backends on the run's shared servers, and the fixture of each (conftest.py)

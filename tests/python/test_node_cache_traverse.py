@@ -3,7 +3,7 @@
 Two "nodes" on one host, as in test_node_cache: two node agents on one
 store, a process on node A or B by the node_cache_dir it opens with. On
 every adapter of the node cache: etcd, sqlite_leased, fdb (model), rados
-(a throwaway Ceph) and cassandra (a throwaway Cassandra; heavy: run its
+(a throwaway Ceph), zookeeper (a throwaway server) and cassandra (a throwaway Cassandra; heavy: run its
 parameter alone, ``-k cassandra``).
 """
 
@@ -29,8 +29,9 @@ pytestmark = pytest.mark.server
 
 #: what Ownership.owners costs, where it is not one round trip: rados reads
 #: the objects' entries together, then asks the OSD about the holder's lease;
-#: cassandra reads the bucket partitions 100 at a time (256 buckets), then ``nodes``
-OWNERS_ROUND_TRIPS = {"rados": 2, "cassandra": 4}
+#: cassandra reads the bucket partitions 100 at a time (256 buckets), then ``nodes``;
+#: zookeeper lists the locks and the live leases together, then reads the locks
+OWNERS_ROUND_TRIPS = {"rados": 2, "cassandra": 4, "zookeeper": 2}
 
 
 def delete(db, key: bytes) -> None:

@@ -18,9 +18,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.adapters.zookeeper.ownership import ZkNodeStore
 from dbwrap_py.conformance.pytest_plugin import conformance_tests
 from dbwrap_py.database import Database, open_database
-from dbwrap_py.errors import FencedOut, Timeout, Unavailable
+from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.options import Options
 from dbwrap_py.testing.servers.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.server
@@ -184,6 +186,38 @@ def test_dead_server_is_a_typed_error_within_op_timeout(tmp_path):
             assert time.monotonic() - started < 2.0 + 1.0
         with pytest.raises((Unavailable, Timeout)):  # nor does an open
             open_zk(server.hosts, str(tmp_path / "other.tdb"), op_timeout="2")
+
+
+def test_a_node_name_has_one_live_agent_and_a_revoked_lease_ends_at_once(zk):
+    """The node cache's node lease (ownership.py): an agent's session and its
+    ephemeral registration; a second agent of a live name is refused."""
+    first, second = (ZkNodeStore(Options({"hosts": zk.hosts, "op_timeout": "0.5"})) for _ in range(2))
+    try:
+        lease = first.grant(b"solo", SESSION)
+        assert first.keepalive(lease, OP_TIMEOUT) == SESSION
+        with pytest.raises(LockConflict):
+            second.grant(b"solo", SESSION)
+        first.revoke(lease)
+        assert first.keepalive(lease, OP_TIMEOUT) == 0, "a revoked lease is over"
+        assert second.grant(b"solo", SESSION).id != lease.id, "and its name free at once"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_each_wipe_numbers_a_new_generation_above_the_last_ones_tokens(zk, tmp_path):
+    """The node cache voids copies with a token up to wipe_revision: every
+    token of a generation is above the wipe that made it, below the next."""
+    def volatile() -> Database:
+        return open_database(str(tmp_path / "g.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "zookeeper",
+                             [f"hosts={zk.hosts}", f"session_timeout={SESSION}"])
+
+    db = volatile()
+    first, token = db.adapter.wipe_revision, db.adapter.ownership().new_token()
+    db.close()
+    db = volatile()  # the first opener again: a wipe
+    assert 0 < first < token < db.adapter.wipe_revision < db.adapter.ownership().new_token()
+    db.close()
 
 
 #: the conformance suite through the pytest plugin, on a throwaway server of its own

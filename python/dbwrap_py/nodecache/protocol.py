@@ -8,8 +8,9 @@ rest (``CachedAdapter`` in ``adapter.py`` reads them): ``ownership()``, the
 database's ``Ownership`` on the process's own connection; ``node_cache_id``,
 the ``db_id`` the agent is given (a file name in the cache directory, so no
 ``/``); and ``wipe_revision``, the last token of the database's last
-CLEAR_IF_FIRST wipe. Five adapters do it: etcd, rados, cassandra, fdb (run
-here on a model of FoundationDB only), and sqlite_leased (the small example, in SQL).
+CLEAR_IF_FIRST wipe. Six adapters do it: etcd, rados, cassandra, zookeeper,
+fdb (run here on a model of FoundationDB only), and sqlite_leased (the small
+example, in SQL).
 
 Terms:
 
@@ -20,8 +21,8 @@ Terms:
 * a *token* is a number the store gives with each ownership (etcd: the
   create_revision of the key that holds it; sqlite_leased: a counter in the
   database's file; rados: the wipe epoch above random bits; cassandra: the
-  generation above random bits; fdb: the read version of the transaction
-  that took it); every
+  generation above random bits; zookeeper: the generation's number above
+  random bits; fdb: the read version of the transaction that took it); every
   write-back is fenced on it, so a node that lost an ownership can never
   write through it. Tokens made after a CLEAR_IF_FIRST wipe are all above
   ``wipe_revision``, those made before it at most that: the node's copies

@@ -1,0 +1,282 @@
+"""The zookeeper adapter's side of the node cache (dbwrap_py.nodecache.protocol).
+
+A node lease is the agent's session: ephemeral ``<prefix>/_nodes/a/<node>``
+(one live agent a name) and ``l/n<lease>``, the lease's fence, which every
+take and claim checks. Ownership is persistent znodes (processes make them)
+valued ``<node>:<lease>:<token>``: ``l/k<key>`` a record lock (a process's
+own is ephemeral and empty: the two exclude each other), ``l/b<bb>`` a
+bucket claim, each with a fence ``f/k<key>.<token>`` / ``f/b<bb>.<token>``
+that every write-back checks; ``f/x<key>.<token>`` marks a key detached
+from claim ``token``. Whoever meets an ownership whose lease fence is gone
+removes it. Release requests: ephemeral ``_nodes/r/<node>/<db>.<key>`` (hex)
+of the asker's session, watched by the agent. docs/adapters/zookeeper.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
+
+from kazoo.exceptions import NodeExistsError
+
+from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, record_ops, until
+from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.options import Options
+
+RANDOM_BITS = 32
+#: records written back in one multi (under jute.maxbuffer for small records)
+CHUNK = 50
+
+
+def generation_of(root: str) -> int:
+    """The number of the generation at ``root`` (``.../g<n>``; 0 for others)."""
+    name = root.rsplit("/", 1)[-1]
+    return int(name[1:]) if name[:1] == "g" and name[1:].isdigit() and len(name) < 10 else 0
+
+
+def wipe_revision(root: str) -> int:
+    return max(0, (generation_of(root) << RANDOM_BITS) - 1)
+
+
+def znode(root: str, kind: str, key: bytes, token: int | None = None) -> str:
+    """``key``'s znode: ``d`` its record, ``l`` its lock, ``b`` its bucket's
+    claim; with ``token``, the fence of that lock (``l``) or claim (``b``),
+    or the key's mark detached from claim ``token`` (``x``)."""
+    name = f"b{bucket_of(key):02x}" if kind == "b" else f"{'x' if kind == 'x' else 'k'}{key.hex()}"
+    folder = "d" if kind == "d" else "l" if token is None else "f"
+    return f"{root}/{folder}/{name}" + ("" if token is None else f".{token}")
+
+
+def lease_path(nodes: str, lease: int) -> str:
+    return f"{nodes}/l/n{lease:x}"
+
+
+class Holder(NamedTuple):
+    """A node's ownership, as a lock's or claim's data."""
+
+    node: bytes
+    lease: int
+    token: int
+
+    def encode(self) -> bytes:
+        return b"%s:%x:%d" % self
+
+    @classmethod
+    def parse(cls, data: bytes | None) -> Holder | None:
+        if not data:  # missing, or a process's own lock
+            return None
+        node, lease, token = data.rsplit(b":", 2)
+        return cls(node, int(lease, 16), int(token))
+
+
+class ZkOwnership(Ownership):
+    """One database's ownership operations: on a process's session (``root``
+    its generation), or the agent's (``root`` None: the token's generation,
+    else the current one)."""
+
+    def __init__(self, zk: Callable[[], Session], base: str, root: str | None, op_timeout: float) -> None:
+        self.zk, self.base, self.fixed_root, self.op_timeout = zk, base, root, op_timeout
+        self.nodes = base.rsplit("/", 1)[0] + "/_nodes"
+        self.db = base.rsplit("/", 1)[-1].encode()
+
+    def root(self, token: int = 0) -> str:
+        if self.fixed_root is not None:
+            return self.fixed_root
+        if token >> RANDOM_BITS:
+            return f"{self.base}/g{token >> RANDOM_BITS}"
+        return f"{self.base}/{(self.zk().get_many([self.base + '/o'])[0] or b'p').decode()}"
+
+    def _request(self, node: bytes, key: bytes) -> str:
+        return f"{self.nodes}/r/{node.decode()}/{self.db.hex()}.{key.hex()}"
+
+    def new_token(self) -> int:
+        return (generation_of(self.root()) << RANDOM_BITS) | (secrets.randbits(RANDOM_BITS) or 1)
+
+    def live(self, holder: Holder) -> bool:
+        return self.zk().stat(lease_path(self.nodes, holder.lease)) is not None
+
+    def lock(self, key: bytes, token: int, holder: Holder | None) -> tuple[bool, Holder | None, bool]:
+        """Take ``key``'s record lock for ``holder`` (None: this process,
+        ephemeral); else (False, the node that holds it, whether by its
+        bucket; None for a process), and a process asks that node to hand it
+        back. Dead holders met on the way are removed."""
+        root, zk = self.root(), self.zk()
+        pre: list[Op] = [] if holder is None else [("check", lease_path(self.nodes, holder.lease))]
+        claim, detached_from = znode(root, "b", key), 0
+        for _ in range(8):
+            unclaimed: list[Op] = ([("create", claim, b"", False), ("delete", claim)] if not detached_from else
+                                   [("check", znode(root, "x", key, detached_from)),
+                                    ("check", znode(root, "b", key, detached_from))])
+            failed = zk.multi([*pre, ("create", znode(root, "l", key), holder.encode() if holder else b"", not holder),
+                               ("create", znode(root, "l", key, token), b"", not holder), *unclaimed])
+            if failed is None:
+                return True, None, False
+            at, detached_from = failed[0] - len(pre), 0
+            kind = "l" if at == 0 else "b"
+            if at < 0:
+                raise FencedOut(f"zookeeper: node lease {holder.lease:x} is gone" if holder else "")
+            if at == 1 or (at == 0 and not isinstance(failed[1], NodeExistsError)):
+                raise Unavailable(f"zookeeper: taking the lock of {key!r}: {failed[1]!r}")
+            data = zk.get_many([znode(root, kind, key)])[0]
+            owner = Holder.parse(data)
+            if owner is None:
+                return False, None, False  # a process's lock, or gone meanwhile: the caller tries again
+            if not self.live(owner):
+                zk.multi([("delete", znode(root, kind, key, owner.token)), ("delete", znode(root, kind, key))])
+            elif at == 0 or zk.stat(znode(root, "x", key, owner.token)) is None:
+                if holder is None:
+                    self.request_release(key, owner.node, 0)
+                return False, owner, at != 0
+            else:
+                detached_from = owner.token  # from the claim: record by record
+        raise Unavailable(f"zookeeper: the lock of {key!r} kept changing hands")
+
+    def read(self, key: bytes) -> tuple[bytes | None, bool]:
+        """A process's read of ``key``: its value, and whether a node may own it."""
+        value, *held = self.zk().get_many([znode(self.root(), kind, key) for kind in "dlb"])
+        return value, any(map(Holder.parse, held))
+
+    def take(self, key: bytes, node: bytes, lease: int) -> Taken:
+        token = self.new_token()
+        taken, owner, via_bucket = self.lock(key, token, Holder(node, lease, token))
+        if owner is not None and (owner.node, owner.lease) == (node, lease):
+            token = owner.token  # our bucket's, or a taker of ours died before keeping it
+        elif not taken:
+            raise OwnedElsewhere(owner.node if owner else None, f"{key!r} is held")
+        return Taken(self.zk().get_many([znode(self.root(), "d", key)])[0], token, via_bucket)
+
+    def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
+        root, zk, token = self.root(), self.zk(), self.new_token()
+        path, fence = f"{root}/l/b{bucket:02x}", f"{root}/f/b{bucket:02x}.{token}"
+        failed = zk.multi([("check", lease_path(self.nodes, lease)), ("create", fence, b"", False),
+                           ("create", path, Holder(node, lease, token).encode(), False)])
+        if failed is not None and failed[0] == 0:
+            raise FencedOut(f"zookeeper: node lease {lease:x} is gone")
+        if failed is not None:
+            return None
+        if any(n[0] == "k" and bucket_of(bytes.fromhex(n[1:])) == bucket for n in zk.children(f"{root}/l")):
+            zk.multi([("delete", fence), ("delete", path)])  # a record lock in it: not now
+            return None
+        keys = [k for k in map(bytes.fromhex, (n[1:] for n in zk.children(f"{root}/d"))) if bucket_of(k) == bucket]
+        values = zk.get_many([znode(root, "d", key) for key in keys])
+        return Claim(token, {key: value for key, value in zip(keys, values) if value is not None})
+
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+        self.zk().multi([("create", self._request(owner, key), b"", True)])  # NodeExists: asked already
+
+    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                   node: bytes, lease: int) -> bool:
+        root = self.root(token)
+        fence = znode(root, "b" if via_bucket else "l", key, token)
+        end: list[Op] = ([("create", znode(root, "x", key, token), b"", False)] if via_bucket else
+                         [("delete", fence), ("delete", znode(root, "l", key))])
+        done = self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value)
+        self.zk().forget(self._request(node, key))
+        return done
+
+    def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        root = self.root(token)
+        fence: list[Op] = [("check", znode(root, "b" if via_bucket else "l", key, token))]
+        return self.zk().write(znode(root, "d", key), f"{root}/s", fence, value, True)
+
+    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
+        root = self.root()
+        held = Holder.parse(self.zk().get_many([znode(root, "l", key)])[0])
+        if held is not None and (held.node, held.lease) == (node, lease):
+            self.zk().multi([("delete", znode(root, "l", key, held.token)), ("delete", znode(root, "l", key))])
+        self.zk().forget(self._request(node, key))
+
+    def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
+        root, zk = self.root(token), self.zk()
+        fence = f"{root}/f/b{bucket:02x}.{token}"
+        items = list(records.items())
+        present = zk.get_many([znode(root, "d", key) for key, _ in items])
+        for start in range(0, len(items), CHUNK):  # the claim's fence keeps every other writer out
+            ops: list[Op] = [("check", fence)]
+            for (key, value), old in zip(items[start:start + CHUNK], present[start:start + CHUNK]):
+                ops += record_ops(znode(root, "d", key), value, old is not None)
+            if zk.multi([*ops, ("set", f"{root}/s", b"")]) is not None:
+                return False
+        if zk.multi([("delete", fence), ("delete", f"{root}/l/b{bucket:02x}")]) is not None:
+            return False
+        for name in zk.children(f"{root}/f"):  # its detached marks, void now
+            if name[0] == "x" and name.endswith(f".{token}"):
+                zk.forget(f"{root}/f/{name}")
+        return True
+
+    def owner(self, key: bytes) -> bytes | None:
+        root = self.root()
+        held, claimed = map(Holder.parse, self.zk().get_many([znode(root, "l", key), znode(root, "b", key)]))
+        holder = held or claimed
+        if holder is None or not self.live(holder) or (held is None and self.zk().stat(znode(root, "l", key))):
+            return None  # nobody, a dead lease, or a process's lock
+        return holder.node if held or not self.zk().stat(znode(root, "x", key, holder.token)) else None
+
+    def owners(self) -> frozenset[bytes]:
+        root, zk = self.root(), self.zk()
+        names = zk.children(f"{root}/l", f"{self.nodes}/l")  # ours, then the live leases
+        leases = {name for name in names if name[0] == "n"}
+        holders = map(Holder.parse, zk.get_many([f"{root}/l/{name}" for name in names if name[0] in "kb"]))
+        return frozenset(h.node for h in holders if h is not None and f"n{h.lease:x}" in leases)
+
+    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
+        return self.zk().stat(self._request(owner, key)) is not None
+
+
+class ZkNodeStore(NodeStore):
+    """The node agent's session: its lease, its requests, and the databases' ownership."""
+
+    def __init__(self, options: Options) -> None:
+        prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
+        self.top, self.node = f"/{prefix}" if prefix else "", ""
+        self.nodes = f"{self.top}/_nodes"
+        self.config = ZkConfig(options.get_str("hosts", ""), 0.0, options.get_float("op_timeout", 10.0, minimum=0.1))
+        self._zk: Session | None = None
+
+    @property
+    def zk(self) -> Session:
+        if self._zk is None:
+            raise Unavailable("zookeeper: the node agent has no session before its grant")
+        return self._zk
+
+    def grant(self, node: bytes, ttl: float) -> NodeLease:
+        self.node = node.decode()
+        if self._zk is None:  # the session is the lease: its timeout, the TTL
+            self._zk = Session(dataclasses.replace(self.config, session_timeout=ttl))
+        self.zk.ensure(f"{self.nodes}/a", f"{self.nodes}/l", f"{self.nodes}/r/{self.node}")
+        lease = secrets.randbits(62) or 1
+        register: list[Op] = [("create", f"{self.nodes}/a/{self.node}", b"%x" % lease, True),
+                              ("create", lease_path(self.nodes, lease), node, True)]
+        try:  # a dead predecessor's session may linger for its timeout
+            until(lambda: self.zk.multi(register) is None, ttl + self.config.op_timeout, False, "the node name")
+        except Timeout:
+            raise LockConflict(f"node name {self.node!r} is registered by a live agent") from None
+        return NodeLease(lease, ttl)
+
+    def keepalive(self, lease: NodeLease, timeout: float) -> float:
+        """A round trip renews the session; the lease lives while its fence does, in our session."""
+        stat = self.zk.stat(lease_path(self.nodes, lease.id), timeout)
+        return lease.ttl if stat is not None and stat.ephemeralOwner == self.zk.client.client_id[0] else 0.0
+
+    def revoke(self, lease: NodeLease) -> None:
+        self.zk.multi([("delete", lease_path(self.nodes, lease.id)), ("delete", f"{self.nodes}/a/{self.node}")])
+
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+        for name in self.zk.new_children(f"{self.nodes}/r/{node.decode()}", stop):
+            db, _, key = name.partition(".")
+            yield bytes.fromhex(db), bytes.fromhex(key)
+
+    def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
+        self.zk.multi([("delete", f"{self.nodes}/r/{node.decode()}/{db_id.hex()}.{key.hex()}")])
+
+    def database(self, db_id: bytes) -> ZkOwnership:
+        return ZkOwnership(lambda: self.zk, f"{self.top}/{db_id.decode()}", None, self.config.op_timeout)
+
+    def close(self) -> None:
+        if self._zk is not None:
+            self._zk.stop()

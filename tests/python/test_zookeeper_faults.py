@@ -12,7 +12,8 @@ attempts. A writer whose increment is lost (two holders at once, a fence
 that let a stale holder write, a reply that said done for a write that
 did not land) makes the final value fall below the acknowledged count: the
 broken writer below, which reads under one lock and writes under another,
-shows the check catches that.
+shows the check catches that, and test_the_check_is_strict_both_ways that
+a failed attempt counted as acknowledged would be caught too.
 """
 
 from __future__ import annotations
@@ -205,3 +206,16 @@ def test_a_writer_that_loses_increments_fails_the_check(ensemble, tmp_path):
     print(f"\nbroken writers: {found}")
     assert found, "the check did not see the lost increments"
     keeper.close()
+
+
+def test_the_check_is_strict_both_ways():
+    """No server: an attempt that did not land, counted as acknowledged, is
+    caught; one that landed without its reply is allowed; a stored value
+    above every attempt is caught."""
+    tally = Tally(acked=Counter({key: 10 for key in KEYS}), unacked=Counter({KEYS[0]: 1}))
+    exact = {key: 10 for key in KEYS}
+    assert violations([tally], exact) == []  # the unacknowledged one did not land
+    assert violations([tally], {**exact, KEYS[0]: 11}) == []  # it landed
+    assert violations([tally], {**exact, KEYS[0]: 12}) != []  # more than was attempted
+    miscounted = Tally(acked=Counter({**tally.acked, KEYS[0]: 11}))  # the failed attempt counted as acknowledged
+    assert violations([miscounted], exact) != []

@@ -94,8 +94,8 @@ INSTALLED_CFLAGS :=
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
-	bench-etcd bench-rados bench-cassandra bench-cluster soak-etcd server-etcd server-ceph \
-	server-cassandra server-samba test-setup test-python-servers test-conformance-local \
+	bench-etcd bench-rados bench-cassandra bench-zookeeper bench-cluster soak-etcd server-etcd server-ceph \
+	server-cassandra server-zookeeper server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb test-conformance-zookeeper \
 	preload-claiming test-cluster-torture-failover test-sid-torture-failover \
 	deb test-deb package-build package-install
@@ -634,6 +634,18 @@ bench-cassandra: all $(MICRO_BIN) ## cassandra without and with the node cache
 	$(VPY) -m dbwrap_py.cli bench micro --adapters cassandra --time 1 \
 		--json $(RESULTS)/bench-micro-cassandra.json
 
+# zookeeper (a throwaway one-server ZooKeeper) against native tdb, two
+# paired rounds per point; its memory and threads per smbd process; round
+# trips per dbwrap operation (bench micro). No node cache yet.
+bench-zookeeper: all $(MICRO_BIN) ## zookeeper against native tdb: SMB sweep, memory, micro
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench smb --adapters zookeeper --nprocs 1,4,16,64 --time 8 --rounds 2 \
+		--json $(RESULTS)/bench-smb-zookeeper.json
+	$(VPY) -m dbwrap_py.cli bench memory --adapters zookeeper --connections 1,16,64 \
+		--json $(RESULTS)/bench-memory-zookeeper.json
+	$(VPY) -m dbwrap_py.cli bench micro --adapters zookeeper --time 1 \
+		--json $(RESULTS)/bench-micro-zookeeper.json
+
 # fdb on the model of FoundationDB (a throwaway model server), labelled
 # "fdb (model)": its figures are the model's, never FoundationDB's. Against
 # native tdb, two paired rounds per point, without and with the node cache;
@@ -720,6 +732,9 @@ server-ceph: all ## a throwaway one-OSD Ceph (dbwrap-py ceph)
 
 server-cassandra: all ## a throwaway one-node Cassandra (dbwrap-py cassandra)
 	$(VPY) -m dbwrap_py.cli cassandra
+
+server-zookeeper: all ## a throwaway one-server ZooKeeper (dbwrap-py zookeeper; --nodes 3 there: an ensemble)
+	$(VPY) -m dbwrap_py.cli zookeeper
 
 server-samba: all ## a throwaway smbd on bridge+tdb (dbwrap-py samba)
 	$(VPY) -m dbwrap_py.cli samba

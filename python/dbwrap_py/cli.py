@@ -14,6 +14,7 @@
   dbwrap-py ceph [--osds 1|3] [--auth cephx] a throwaway Ceph for the rados adapter until Ctrl-C
   dbwrap-py cassandra [--nodes 1|3] [--paxos-variant v1|v2] [--auth none|password]
                                            a throwaway Cassandra for the cassandra adapter until Ctrl-C
+  dbwrap-py zookeeper [--nodes 1|3]        a throwaway ZooKeeper for the zookeeper adapter until Ctrl-C
   dbwrap-py node-agent --adapter A --cache-dir D ...   the node agent (node_cache = yes), until SIGTERM
   dbwrap-py proxy-daemon --socket PATH [--config F [--group G]]  proxy mode's node daemon, until SIGTERM
   dbwrap-py status --cache-dir D           this node's view: the node agent's lease and its metrics
@@ -433,6 +434,19 @@ def _cmd_cassandra(args: argparse.Namespace) -> int:
                                        "--auth", args.auth])
     except ServerError as exc:  # its nodes' log tails (or Maven's output) say why: no traceback needed
         print(f"dbwrap-py cassandra: {exc}", file=sys.stderr)
+        return 1
+
+
+def _cmd_zookeeper(args: argparse.Namespace) -> int:
+    """A throwaway ZooKeeper of ``--nodes`` servers until SIGTERM or Ctrl-C;
+    prints the zookeeper adapter's options that reach it."""
+    from dbwrap_py.testing.servers import zookeeper as _zookeeper_server
+    from dbwrap_py.servers import ServerError
+
+    try:
+        return _zookeeper_server.main(["--nodes", str(args.nodes)])
+    except ServerError as exc:  # its servers' log tails say why: no traceback needed
+        print(f"dbwrap-py zookeeper: {exc}", file=sys.stderr)
         return 1
 
 
@@ -887,6 +901,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="password: PasswordAuthenticator, superuser cassandra/cassandra"
                                 " (printed with the options)")
     cassandra.set_defaults(fn=_cmd_cassandra)
+    zookeeper = sub.add_parser("zookeeper", help="a throwaway ZooKeeper on 127.0.0.1 until Ctrl-C")
+    zookeeper.add_argument("--nodes", type=int, default=1, choices=(1, 3),
+                           help="3: an ensemble of three servers (a quorum of two), for fault tests")
+    zookeeper.set_defaults(fn=_cmd_zookeeper)
     torture = sub.add_parser("torture", help="smbtorture suites, native against the bridge")
     torture.add_argument("--suite", action="append", help="a suite (repeatable); default: all")
     torture.add_argument("--config", action="append", default=[], metavar="ADAPTER[,K=V...]",

@@ -28,6 +28,13 @@ def test_parse_adapters_drops_native_and_auto_lists_landed_ones():
     assert "memory" not in shared and "tdb" in shared
 
 
+def test_make_bench_takes_every_networked_adapter_with_a_throwaway_server():
+    """make bench runs --adapters auto: the servers' adapters are in it, so
+    its ratio table has a column for each (their servers start only when run)."""
+    shared = parse_adapters("auto", multi_process_only=True)
+    assert {"etcd", "rados", "cassandra", "zookeeper"} <= set(shared)
+
+
 def test_a_proxy_result_says_fast_path_only_where_smbd_reaches_a_write_back_cache():
     proxy = {"transport": "proxy"}
     assert display_name("etcd", {**proxy, "node_cache": "yes"}) == "etcd via proxy, fast path"

@@ -152,3 +152,38 @@ def test_a_prototype_derived_from_a_registered_adapter_gets_its_hooks():
 
     assert hooks_for("dbwrap_py.conformance.broken.no_fencing") is hooks_for("sqlite_leased")
     assert hooks_for("dbwrap_py.testing.skips_write_through") is hooks_for("etcd")
+
+
+def test_zookeepers_srvr_answer_is_read_whole_and_its_mode_found():
+    """The throwaway ZooKeeper's readiness probe and leader() read srvr's
+    Mode line, which may come after the first segment of the answer."""
+    import socket
+
+    import pytest
+
+    from dbwrap_py.testing.servers.zookeeper import ZooKeeperServer, four_letters, free_ports, mode_of
+
+    answer = [b"Zookeeper version: 3.8.4\nLatency min/avg/max: 0/0.1/3\n", b"Zxid: 0x100000004\nMode: follower\n"]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                assert conn.recv(4) == b"srvr"
+                for part in answer:
+                    conn.sendall(part)
+                    time.sleep(0.05)
+
+        server = threading.Thread(target=serve)
+        server.start()
+        reply = four_letters("127.0.0.1", listener.getsockname()[1], b"srvr", timeout=5.0)
+        server.join(10)
+    assert reply == b"".join(answer)
+    assert mode_of(reply) == "follower"
+    assert mode_of(b"This ZooKeeper instance is not currently serving requests\n") == ""
+    assert len(set(free_ports(9))) == 9
+    for nodes in (0, 2, 5):  # standalone or three
+        with pytest.raises(ValueError):
+            ZooKeeperServer(nodes=nodes)

@@ -80,16 +80,17 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
         if self._txn is not None:  # our transaction lock excludes every other writer
             return True, self.get(key) if read else None
-        if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
-            taken = self.ownership().lock(key, token, None)[0]
-            return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
-        # and no transaction lock may be held: create and delete t
-        failed = self.zk.multi([("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"),
-                                ("create", self._path("l", key), b"", True),
-                                ("create", self._path("f", key, token), b"", True)])
-        if failed is not None and not isinstance(failed[1], NodeExistsError):
-            raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
-        return failed is None, self.get(key) if failed is None and read else None
+        with self._let_go_if_lost(key, token):
+            if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
+                taken = self.ownership().lock(key, token, None)[0]
+            else:  # and no transaction lock may be held: create and delete t
+                failed = self.zk.multi([("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"),
+                                        ("create", self._path("l", key), b"", True),
+                                        ("create", self._path("f", key, token), b"", True)])
+                if failed is not None and not isinstance(failed[1], NodeExistsError):
+                    raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
+                taken = failed is None
+        return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         if self._buffered(key, value):
@@ -100,9 +101,24 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
         if self._buffered(key, value):
             return True
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
-        if isinstance(value, Keep):
-            return self.zk.multi(release) is None
-        return self.zk.write(self._path("d", key), self.seq, release, value)
+        with self._let_go_if_lost(key, token):
+            if isinstance(value, Keep):
+                return self.zk.multi(release) is None
+            return self.zk.write(self._path("d", key), self.seq, release, value)
+
+    @contextlib.contextmanager
+    def _let_go_if_lost(self, key: bytes, token: int) -> Iterator[None]:
+        """A take or release of our lock whose answer was lost may have
+        landed: then our live session would hold the lock until the process
+        ends. Our fence and lock go before the error does (tried across the
+        reconnect, until op_timeout): one multi, which fails unless our
+        fence, named by our token, is there, so never another's lock."""
+        try:
+            yield
+        except Unavailable:
+            with contextlib.suppress(Unavailable):
+                self.zk.multi([("delete", self._path("f", key, token)), ("delete", self._path("l", key))], True)
+            raise
 
     # -- records --------------------------------------------------------------------
 

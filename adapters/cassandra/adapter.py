@@ -74,11 +74,12 @@ from typing import Any
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.cassandra import client as cc
 from dbwrap_py.adapters.cassandra import ownership as owning
-from dbwrap_py.errors import AdapterContractError, ConfigError, FencedOut, LockConflict, Timeout
-from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.errors import AdapterContractError, ConfigError, Timeout
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.options import Options
+from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_LEASE = 10.0
 #: a volatile database's layouts: a partition per record, or per bucket (the node cache's)
@@ -151,7 +152,7 @@ class _Statements:
         self.scan = f"SELECT k, v FROM {t} WHERE db = ?"  # a partition, or by the index on db
 
 
-class CassandraAdapter(LeasedAdapter):
+class CassandraAdapter(TransactionalLeasedAdapter):
     capabilities = Capabilities(
         transactions=True, lock_release_seconds=DEFAULT_LEASE, max_value_size=MAX_VALUE_SIZE,
         notes=("a persistent database is one partition: its transaction commits as one conditional batch",
@@ -180,9 +181,7 @@ class CassandraAdapter(LeasedAdapter):
         # process lives long and locking.tdb's keys are every file it touched
         self._seen: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._bump_seqnum = not spec.persistent and bool(spec.tdb_flags & TDB_SEQNUM)
-        self._txn: dict[bytes, bytes | None] | None = None
-        self._txn_token = 0
-        self._txn_seq = 0
+        self._txn_seq = 0  # the partition's seq when the transaction lock was taken
         self._opener = 0
         self.generation = 0
         self.db = self.name  # the partition key's db: with the generation for a volatile database
@@ -205,8 +204,6 @@ class CassandraAdapter(LeasedAdapter):
     # -- the lease primitives (dbwrap_py.leased) -------------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        if self._txn is not None:
-            return True, self._txn_get(key)
         guess = self._seen.get(key)
         nodes = owning.NO_HOLD  # the node cache's guesses (layout buckets): nobody holds it
         for _ in range(3):  # a wrong guess costs one more try
@@ -240,8 +237,6 @@ class CassandraAdapter(LeasedAdapter):
         return False, None  # it changed between the tries: the caller tries again
 
     def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
-        if self._txn is not None:  # no record lock was taken under the transaction
-            return True
         args = (int(seconds), self.owner, token, *self._pk(key), self.owner, token)
         try:
             applied, _ = self.client.lwt("lock renewal", self.cql.renew, args)
@@ -250,16 +245,9 @@ class CassandraAdapter(LeasedAdapter):
         return bool(applied)
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        if self._txn is not None:
-            self._txn[key] = value
-            return True
         return self._locked_write(key, token, value, self.cql.write, "store")
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if self._txn is not None:
-            if value is not KEEP:
-                self._txn[key] = value  # type: ignore[assignment]
-            return True
         if value is KEEP:
             try:
                 self.client.lwt("unlock", self.cql.end, (*self._pk(key), self.owner, token))
@@ -307,9 +295,7 @@ class CassandraAdapter(LeasedAdapter):
 
     # -- the rest ---------------------------------------------------------------------
 
-    def get(self, key: bytes) -> bytes | None:
-        if self._txn is not None:
-            return self._txn_get(key)
+    def read_record(self, key: bytes) -> bytes | None:
         rows = self.client.run("fetch", self.cql.get, self._pk(key))
         if self.buckets and rows and owning.Hold.of(rows[0], read=True).holds():
             value = self.lock_get(key)  # a node's copy is the newer: have it handed back, as a lock does
@@ -323,7 +309,7 @@ class CassandraAdapter(LeasedAdapter):
         """The record's primary key: its partition is the record, or its bucket (layout buckets)."""
         return (self.db, bucket_of(key), cc.stored_key(key)) if self.buckets else (self.db, cc.stored_key(key))
 
-    def scan(self) -> list[tuple[bytes, bytes]]:
+    def scan_records(self) -> list[tuple[bytes, bytes]]:
         rows = self.client.pages("traverse", self.cql.scan, (self.db,))
         return [(r.k[1:], r.v) for r in rows if r.k is not None and r.v is not None]
 
@@ -337,26 +323,16 @@ class CassandraAdapter(LeasedAdapter):
 
     # -- transactions (persistent databases: one partition) ----------------------------
 
-    def transaction_start(self, nonblock: bool = False) -> None:
-        ks = self.config.keyspace
-        token = secrets.randbits(63)
-        deadline = time.monotonic() + self.op_timeout
-        cql = f"UPDATE {ks}.persistent USING TTL ? SET txn = ?, txn_owner = ? WHERE db = ? IF txn = null"
-        while True:
-            try:
-                taken, row = self.client.lwt("transaction lock", cql,
-                                             (int(self.lease_seconds), token, self.owner, self.db))
-            except cc.OutcomeUnknown:
-                taken = self._transaction_row()[0] == token
-            if taken:
-                break
-            if nonblock:
-                raise LockConflict("another process holds the transaction lock")
-            if time.monotonic() >= deadline:
-                raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
-            time.sleep(0.01)
-        self._txn, self._txn_token = {}, token
-        self._txn_seq = self._transaction_row()[2]
+    def take_transaction_lock(self, token: int, seconds: float) -> bool:
+        cql = (f"UPDATE {self.config.keyspace}.persistent USING TTL ? SET txn = ?, txn_owner = ? "
+               "WHERE db = ? IF txn = null")
+        try:
+            taken, _ = self.client.lwt("transaction lock", cql, (int(seconds), token, self.owner, self.db))
+        except cc.OutcomeUnknown:
+            taken = self._transaction_row()[0] == token
+        if taken:
+            self._txn_seq = self._transaction_row()[2]
+        return bool(taken)
 
     def _transaction_row(self) -> tuple[int | None, int | None, int]:
         """The partition's transaction lock, this process's last commit id and seq, at SERIAL."""
@@ -366,15 +342,7 @@ class CassandraAdapter(LeasedAdapter):
             return None, None, 0
         return rows[0].txn, (rows[0].commits or {}).get(self.owner), rows[0].seq or 0
 
-    def _txn_get(self, key: bytes) -> bytes | None:
-        assert self._txn is not None
-        if key in self._txn:
-            return self._txn[key]
-        rows = self.client.run("fetch", self.cql.get, (self.db, cc.stored_key(key)))
-        return rows[0].v if rows else None
-
-    def transaction_commit(self) -> None:
-        writes, token = self._end_transaction()
+    def commit_transaction(self, token: int, writes: Writes) -> bool:
         t = f"{self.config.keyspace}.persistent"
         commit_id = secrets.randbits(63)
         statements: list[tuple[str, Any]] = [
@@ -389,24 +357,17 @@ class CassandraAdapter(LeasedAdapter):
             applied, _ = self.client.batch("commit", statements)
         except cc.OutcomeUnknown:
             applied = self._transaction_row()[1] == commit_id
-        if not applied:
-            raise FencedOut("the transaction lock expired before the commit; nothing was written")
-        for key, value in writes.items():
-            self._remember(key, value)
+        if applied:
+            for key, value in writes.items():
+                self._remember(key, value)
+        return bool(applied)
 
-    def transaction_cancel(self) -> None:
-        _, token = self._end_transaction()
+    def release_transaction_lock(self, token: int) -> None:
         try:
             self.client.lwt("cancel", f"UPDATE {self.config.keyspace}.persistent SET txn = null, txn_owner = null "
                             "WHERE db = ? IF txn = ?", (self.db, token))
         except cc.OutcomeUnknown:
             pass  # a lock left behind ends with its TTL
-
-    def _end_transaction(self) -> tuple[dict[bytes, bytes | None], int]:
-        if self._txn is None:
-            raise LockConflict("no transaction")
-        writes, self._txn = self._txn, None
-        return writes, self._txn_token
 
     # -- opening a volatile database -----------------------------------------------------
 
@@ -486,7 +447,6 @@ class CassandraAdapter(LeasedAdapter):
     def after_fork(self) -> None:
         super().after_fork()
         self.owner = f"{socket.gethostname()}:{os.getpid()}"  # whose receipts are whose
-        self._txn = None
         self._opener = 0  # the parent's row; the parent renews and removes it
 
     def close(self) -> None:

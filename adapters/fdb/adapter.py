@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
-import time
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 from typing import TypedDict
@@ -57,10 +55,11 @@ from dbwrap_py.adapters.fdb import store as _fdb_store
 from dbwrap_py.adapters.fdb.keeper import KeeperClient, KeeperStore
 from dbwrap_py.adapters.fdb.relay import RelayStore, RemoteStore
 from dbwrap_py.adapters.fdb.store import FdbStore
-from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, NotSupported, Timeout, Unavailable
-from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.errors import ConfigError, Unavailable
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
+from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_LEASE = 2.0
 DEFAULT_PREFIX = "dbwrap_py"
@@ -89,14 +88,7 @@ class StoreArgs(TypedDict):
     opener_ttl: float
 
 
-class _Txn:
-    def __init__(self, token: int) -> None:
-        self.token = token
-        self.writes: dict[bytes, bytes | None] = {}  # None: delete
-        self.renewed = time.monotonic()
-
-
-class FdbAdapter(LeasedAdapter):
+class FdbAdapter(TransactionalLeasedAdapter):
     """One Samba database in FoundationDB (see the module docstring)."""
 
     capabilities = Capabilities(
@@ -110,6 +102,7 @@ class FdbAdapter(LeasedAdapter):
                     "transaction_timeout", "retry_limit", "page_size")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
+    transaction_lock_refused = "another process holds the transaction lock or a record lock"
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -125,7 +118,6 @@ class FdbAdapter(LeasedAdapter):
         self._store_pid = -1
         self._store: FdbStore | RemoteStore | None = None
         self._opener_pid = os.getpid()
-        self._txn: _Txn | None = None
         self._closed = False
         self._kept = False  # this process's opener keeper holds its place among the openers
         #: the read version of the last CLEAR_IF_FIRST wipe (the node cache voids tokens up to it)
@@ -182,29 +174,18 @@ class FdbAdapter(LeasedAdapter):
     # -- the primitives (dbwrap_py.leased) ----------------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        if self._txn is not None:  # our transaction lock already excludes every other writer
-            return True, (self.get(key) if read else None)
         return self.store().take_lease(key, token, seconds, read)
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
         self.store().wait_for_release(key, pause, self.op_timeout)
 
     def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
-        if self._txn is not None:  # no record lock was taken under the transaction lock
-            return True
         return bool(self.store().renew_lease(key, token, seconds))
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        if self._txn is not None:
-            self._txn_write(key, value)
-            return True
         return self.store().fenced_write(key, token, value, False)
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if self._txn is not None:
-            if not isinstance(value, Keep):
-                self._txn_write(key, value)
-            return True
         if isinstance(value, Keep):
             self.store().release(key, token)
             return True
@@ -212,42 +193,26 @@ class FdbAdapter(LeasedAdapter):
 
     # -- reads ----------------------------------------------------------------------
 
-    def get(self, key: bytes) -> bytes | None:
-        txn = self._txn
-        if txn is not None and key in txn.writes:
-            return txn.writes[key]
+    def read_record(self, key: bytes) -> bytes | None:
         value, by_node = self.store().get(key)
         if by_node:  # a node's copy is the newer: have it handed back, as a lock does
             value = self.lock_get(key)
             self.unlock(key)
         return value
 
-    def scan(self) -> Iterator[tuple[bytes, bytes]]:
-        pending = dict(self._txn.writes) if self._txn is not None else {}
+    def scan_records(self) -> Iterator[tuple[bytes, bytes]]:
         after: bytes | None = None
         while True:
             records, after = self.store().scan_page(after, self.page_size)
-            for key, value in records:
-                if key in pending:
-                    newer = pending.pop(key)
-                    if newer is not None:
-                        yield key, newer
-                else:
-                    yield key, value
+            for key, value in records:  # a relay's answer may hold them as lists
+                yield key, value
             if after is None:
                 break
-        for key, newer in pending.items():
-            if newer is not None:
-                yield key, newer
 
     def seqnum(self) -> int:
         return self.store().seqnum()
 
-    def wipe(self) -> None:
-        if self._txn is not None:
-            for key, _ in list(self.scan()):
-                self._txn.writes[key] = None
-            return
+    def wipe_records(self) -> None:
         self.store().wipe()
 
     def db_id(self) -> bytes:
@@ -255,55 +220,27 @@ class FdbAdapter(LeasedAdapter):
 
     # -- transactions (persistent databases) -------------------------------------------
 
-    def transaction_start(self, nonblock: bool = False) -> None:
-        if self._txn is not None:
-            raise NotSupported("a transaction is already running")
-        store = self.store()
-        token = secrets.randbits(63)
-        deadline = time.monotonic() + self.op_timeout
-        while not store.take_txn_lock(token, self.lease_seconds, set(self._tokens.values())):
-            if nonblock:
-                raise LockConflict("another process holds the transaction lock or a record lock")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Timeout(f"transaction lock not granted within {self.op_timeout:g} s")
-            store.wait_for_release(None, 0.01, left)  # the watch on what refused us
-        self._txn = _Txn(token)
+    def take_transaction_lock(self, token: int, seconds: float) -> bool:
+        """Refused too while another process holds a record lock (ours do not count)."""
+        return bool(self.store().take_txn_lock(token, seconds, set(self._tokens.values())))
 
-    def _txn_write(self, key: bytes, value: bytes | None) -> None:
-        txn = self._txn
-        assert txn is not None
-        self._renew_txn(txn)
-        txn.writes[key] = value
+    def renew_transaction_lock(self, token: int, seconds: float) -> bool:
+        return self.take_transaction_lock(token, seconds)
 
-    def _renew_txn(self, txn: _Txn) -> None:
-        """Keep the transaction lock's lease alive while the transaction runs."""
-        if time.monotonic() - txn.renewed > self.lease_seconds / 3:
-            if not self.store().take_txn_lock(txn.token, self.lease_seconds, set(self._tokens.values())):
-                raise FencedOut("lost the transaction lock (its lease ran out)")
-            txn.renewed = time.monotonic()
+    def wait_for_transaction_lock(self, pause: float, left: float) -> None:
+        self.store().wait_for_release(None, pause, left)  # the watch on what refused us
 
-    def transaction_commit(self) -> None:
-        txn = self._txn
-        if txn is None:
-            raise NotSupported("transaction_commit without a transaction")
-        self._txn = None
-        if not self.store().commit_txn(txn.token, txn.writes):
-            raise FencedOut("lost the transaction lock (its lease ran out) before commit; nothing was written")
+    def commit_transaction(self, token: int, writes: Writes) -> bool:
+        return bool(self.store().commit_txn(token, writes))
 
-    def transaction_cancel(self) -> None:
-        txn = self._txn
-        if txn is None:
-            raise NotSupported("transaction_cancel without a transaction")
-        self._txn = None
-        self.store().release_txn_lock(txn.token)
+    def release_transaction_lock(self, token: int) -> None:
+        self.store().release_txn_lock(token)
 
     # -- process lifecycle -----------------------------------------------------------
 
     def after_fork(self) -> None:
         super().after_fork()
         self._kept = False  # the parent's keeper holds the parent's place; this child joins on its own
-        self._txn = None
         self._store = None  # the parent's: never closed or used here
         self._store_pid = -1
 

@@ -57,10 +57,11 @@ import rados
 from dbwrap_py.adapter import TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.adapters.rados import ownership as owning
-from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Timeout
-from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.errors import ConfigError, Timeout
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.layout import BUCKETS
 from dbwrap_py.options import Options
+from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_OBJECTS = 8
 DEFAULT_LEASE = 10.0
@@ -94,7 +95,7 @@ class _Waits:
             self.cond.wait_for(lambda: self.generation.get(oid, 0) != seen, timeout=seconds)
 
 
-class RadosAdapter(LeasedAdapter):
+class RadosAdapter(TransactionalLeasedAdapter):
     capabilities = Capabilities(
         transactions=True, lock_release_seconds=DEFAULT_LEASE, max_value_size=MAX_VALUE_SIZE,
         notes=("a persistent database is one object: its transaction commits in one write op",
@@ -122,8 +123,6 @@ class RadosAdapter(LeasedAdapter):
         self._bump_seqnum = spec.persistent is False and bool(spec.tdb_flags & TDB_SEQNUM)
         self._waits = _Waits()
         self._flagged: set[bytes] = set()  # keys whose wait flag we set since the last wake
-        self._txn: dict[bytes, bytes | None] | None = None
-        self._txn_cookie = ""
         self._opener_watch: object | None = None
         if not spec.persistent:
             self._open_volatile()
@@ -168,8 +167,6 @@ class RadosAdapter(LeasedAdapter):
     # -- the lease primitives (dbwrap_py.leased) -------------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        if self._txn is not None:
-            return True, self._txn_get(key)
         names, oid = owning.Names.of(key), self.oid_of(key)
         found: dict[str, bytes] = {}
         for _ in range(3):  # else the caller waits, and tries again
@@ -199,9 +196,6 @@ class RadosAdapter(LeasedAdapter):
         return False, None
 
     def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
-        if self._txn is not None:  # no record lock was taken under the transaction
-            return True
-
         def build(op: rados.WriteOp) -> None:  # the OSD refuses it (ENOENT) once the lock is gone
             op.execute("lock", "lock", rc.lock_op(rc.lock_name(key), f"{token:x}", seconds,
                                                   rc.LOCK_MUST_RENEW))
@@ -209,9 +203,6 @@ class RadosAdapter(LeasedAdapter):
         return self._write(self.oid_of(key), build, "lock renewal") == 0
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        if self._txn is not None:
-            self._txn[key] = value
-            return True
         name = rc.encode_key(key)
 
         def build(op: rados.WriteOp) -> None:
@@ -221,10 +212,6 @@ class RadosAdapter(LeasedAdapter):
         return self._write(self.oid_of(key), build, "locked write", records=True) == 0
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if self._txn is not None:
-            if value is not KEEP:
-                self._txn[key] = value
-            return True
         oid, name = self.oid_of(key), rc.encode_key(key)
 
         def build(op: rados.WriteOp, waiters: bool) -> None:
@@ -280,9 +267,7 @@ class RadosAdapter(LeasedAdapter):
 
     # -- reads and the rest ---------------------------------------------------------------
 
-    def get(self, key: bytes) -> bytes | None:
-        if self._txn is not None:
-            return self._txn_get(key)
+    def read_record(self, key: bytes) -> bytes | None:
         names = owning.Names.of(key)
         found = self.ops.read(self.oid_of(key), names.all() if not self.spec.persistent else [names.record])
         if owning.Holding.read(names, found).entry:
@@ -291,14 +276,7 @@ class RadosAdapter(LeasedAdapter):
             return value
         return found.get(names.record)
 
-    def scan(self) -> Iterator[tuple[bytes, bytes]]:
-        if self._txn is not None:
-            records = {k: v for k, v in self._scan_stored()}
-            records.update(self._txn)
-            return iter([(k, v) for k, v in records.items() if v is not None])
-        return self._scan_stored()
-
-    def _scan_stored(self) -> Iterator[tuple[bytes, bytes]]:
+    def scan_records(self) -> Iterator[tuple[bytes, bytes]]:
         """Every object's records, a page (the OSD's cap: 1024) at a time."""
         for oid in self.all_oids():
             after = ""
@@ -310,7 +288,7 @@ class RadosAdapter(LeasedAdapter):
                     break
                 after = page[-1][0]
 
-    def wipe(self) -> None:
+    def wipe_records(self) -> None:
         """Every record, and every node's ownership of one (the node cache:
         its copies are void by the epoch); a process's held lock stays held."""
         for oid in self.all_oids():
@@ -331,56 +309,28 @@ class RadosAdapter(LeasedAdapter):
 
     # -- transactions (persistent databases: one object) -------------------------------------
 
-    def transaction_start(self, nonblock: bool = False) -> None:
-        oid = self.all_oids()[0]
-        cookie = f"{secrets.randbits(63):x}"
-        deadline = time.monotonic() + self.op_timeout
-        while True:
-            result = self._write(oid, lambda op: op.execute(
-                "lock", "lock", rc.lock_op(TRANSACTION_LOCK, cookie, self.lease_seconds)), "transaction lock")
-            if result == 0:
-                break
-            if nonblock:
-                raise LockConflict("another process holds the transaction lock")
-            if time.monotonic() >= deadline:
-                raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
-            time.sleep(0.01)
-        self._txn, self._txn_cookie = {}, cookie
+    def take_transaction_lock(self, token: int, seconds: float) -> bool:
+        return self._write(self.all_oids()[0], lambda op: op.execute(
+            "lock", "lock", rc.lock_op(TRANSACTION_LOCK, f"{token:x}", seconds)), "transaction lock") == 0
 
-    def _txn_get(self, key: bytes) -> bytes | None:
-        assert self._txn is not None
-        if key in self._txn:
-            return self._txn[key]
-        name = "k" + rc.encode_key(key)
-        return self.ops.read(self.oid_of(key), [name]).get(name)
-
-    def transaction_commit(self) -> None:
-        writes, cookie = self._end_transaction()
+    def commit_transaction(self, token: int, writes: Writes) -> bool:
         puts = [(f"k{rc.encode_key(k)}", v) for k, v in writes.items() if v is not None]
         deletes = [f"k{rc.encode_key(k)}" for k, v in writes.items() if v is None]
 
         def build(op: rados.WriteOp) -> None:
-            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, cookie))
+            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, f"{token:x}"))
             if puts:
                 self.io.set_omap(op, [k for k, _ in puts], [v for _, v in puts])
             if deletes:
                 self.io.remove_omap_keys(op, deletes)
             op.rm_xattr(rc.lock_xattr(TRANSACTION_LOCK))
 
-        if self._write(self.all_oids()[0], build, "commit") != 0:
-            raise FencedOut("the transaction lock expired before the commit; nothing was written")
+        return self._write(self.all_oids()[0], build, "commit") == 0
 
-    def transaction_cancel(self) -> None:
-        _, cookie = self._end_transaction()
+    def release_transaction_lock(self, token: int) -> None:
         self._write(self.all_oids()[0], lambda op: (
-            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, cookie)),
+            op.execute("lock", "assert_locked", rc.assert_op(TRANSACTION_LOCK, f"{token:x}")),
             op.rm_xattr(rc.lock_xattr(TRANSACTION_LOCK))), "cancel")
-
-    def _end_transaction(self) -> tuple[dict[bytes, bytes | None], str]:
-        if self._txn is None:
-            raise LockConflict("no transaction")
-        writes, self._txn = self._txn, None
-        return writes, self._txn_cookie
 
     # -- opening a volatile database --------------------------------------------------------
 
@@ -448,7 +398,6 @@ class RadosAdapter(LeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self._txn = None
         # The parent's watches and notifies live in its client: dropping them
         # here would unwatch through it and hang, so they are kept, untouched.
         rc.CLIENTS.inherited.append((self._waits, self._opener_watch))

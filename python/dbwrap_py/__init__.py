@@ -19,6 +19,7 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.leased import KEEP, LeasedAdapter, LeaseSource
 from dbwrap_py.options import Options
+from dbwrap_py.transactions import TransactionalLeasedAdapter
 
 __all__ = [
     "KEEP",
@@ -40,6 +41,7 @@ __all__ = [
     "NotSupported",
     "Options",
     "Timeout",
+    "TransactionalLeasedAdapter",
     "Unavailable",
     "WriteProtected",
 ]

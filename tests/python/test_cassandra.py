@@ -136,7 +136,7 @@ def _next_holder_writes(cassandra, tmp_path, value: bytes, persistent: bool = Fa
                                                   else VOLATILE), Options(cassandra.options()))
             if persistent:
                 child.transaction_start()
-                child.fenced_write(b"k", 0, value)
+                child.put(b"k", value)
                 child.transaction_commit()
             else:
                 store(child, b"k", value)
@@ -162,7 +162,7 @@ def test_an_applied_write_is_known_even_after_the_next_holder_wrote(cassandra, t
     db.client.fault = lambda what: what in ("store and unlock", "commit")  # applied, then reported unknown
     if persistent:
         db.transaction_start()
-        db.fenced_write(b"k", 0, b"ours")
+        db.put(b"k", b"ours")
         monkeypatch.setattr(db, "_transaction_row", next_holder_first)
         db.transaction_commit()  # no FencedOut: it was applied
     else:
@@ -211,7 +211,7 @@ def test_a_large_transaction_commits_in_one_batch(cassandra, tmp_path):
     db = open_db(cassandra, tmp_path, "big.tdb", PERSISTENT)
     db.transaction_start()
     for i in range(300):
-        db.fenced_write(b"k%d" % i, 0, bytes(1024))
+        db.put(b"k%d" % i, bytes(1024))
     before = db.round_trips
     db.transaction_commit()
     assert db.round_trips - before == 1
@@ -291,7 +291,7 @@ def test_a_commit_killed_mid_way_is_all_or_nothing(cassandra, tmp_path):
                 for n in range(1000):
                     child.transaction_start()
                     for key in keys:
-                        child.fenced_write(key, 0, b"%d-%d" % (round_, n))
+                        child.put(key, b"%d-%d" % (round_, n))
                     child.transaction_commit()
                 code = 0
             finally:

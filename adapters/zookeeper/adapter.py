@@ -21,16 +21,17 @@ from kazoo.exceptions import NodeExistsError
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
-from dbwrap_py.adapters.zookeeper.transactions import Transactions
+from dbwrap_py.adapters.zookeeper.transactions import TransactionSteps
 from dbwrap_py.errors import ConfigError, Unavailable
-from dbwrap_py.leased import KEEP, Keep, LeasedAdapter, LeaseSource
+from dbwrap_py.leased import KEEP, Keep, LeaseSource
 from dbwrap_py.options import Options
+from dbwrap_py.transactions import TransactionalLeasedAdapter
 
 #: ZooKeeper refuses a request over jute.maxbuffer (1 MiB - 1 by default)
 MAX_VALUE_SIZE = 1_000_000
 
 
-class ZooKeeperAdapter(Transactions, LeasedAdapter):
+class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
     capabilities = Capabilities(transactions=True, max_value_size=MAX_VALUE_SIZE, lock_release_seconds=6.0,
                                 notes=("a transaction is one multi: its writes must fit in jute.maxbuffer",))
     option_names = ("hosts", "prefix", "session_timeout", "op_timeout")
@@ -78,8 +79,6 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
     # -- the lease primitives (dbwrap_py.leased) ---------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        if self._txn is not None:  # our transaction lock excludes every other writer
-            return True, self.get(key) if read else None
         with self._let_go_if_lost(key, token):
             if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
                 taken = self.ownership().lock(key, token, None)[0]
@@ -93,13 +92,9 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
         return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
-        if self._buffered(key, value):
-            return True
         return self.zk.write(self._path("d", key), self.seq, [("check", self._path("f", key, token))], value, True)
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if self._buffered(key, value):
-            return True
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
         with self._let_go_if_lost(key, token):
             if isinstance(value, Keep):
@@ -122,9 +117,7 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
 
     # -- records --------------------------------------------------------------------
 
-    def get(self, key: bytes) -> bytes | None:
-        if self._txn is not None and key in self._txn[1]:
-            return self._txn[1][key]
+    def read_record(self, key: bytes) -> bytes | None:
         if self.spec.persistent or key in self._tokens:
             return self.zk.get_many([self._path("d", key)])[0]
         value, by_node = self.ownership().read(key)
@@ -133,12 +126,10 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
             self.unlock(key)
         return value
 
-    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+    def scan_records(self) -> Iterator[tuple[bytes, bytes]]:
         names = self.zk.children(f"{self.root}/d")
         values = self.zk.get_many([f"{self.root}/d/{n}" for n in names])
-        found = {bytes.fromhex(n[1:]): v for n, v in zip(names, values) if v is not None}
-        found.update(self._txn[1] if self._txn is not None else {})
-        return iter([(k, v) for k, v in found.items() if v is not None])
+        return iter([(bytes.fromhex(n[1:]), v) for n, v in zip(names, values) if v is not None])
 
     def seqnum(self) -> int:
         return int(self.zk.stat(self.seq).mzxid)
@@ -159,7 +150,7 @@ class ZooKeeperAdapter(Transactions, LeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self._txn, self._zk, self._opener = None, None, ""  # the parent's
+        self._zk, self._opener = None, ""  # the parent's
 
     def close(self) -> None:
         if self._zk is not None:

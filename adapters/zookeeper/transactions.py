@@ -1,74 +1,60 @@
-"""The zookeeper adapter's transactions (persistent databases): ``t``, an
-ephemeral transaction lock (with its fence ``f/t.<token>``) that record
-lockers' multis create and delete, so they fail while it exists; writes are
-buffered, and committed in one multi that deletes the fence first."""
+"""The zookeeper adapter's store steps for the framework's transactions
+(``dbwrap_py.transactions``, persistent databases): ``t``, an ephemeral
+transaction lock (with its fence ``f/t.<token>``) that record lockers'
+multis create and delete, so they fail while it exists; the commit is one
+multi that deletes the fence first, so it fails once the lock went with
+its session."""
 
 from __future__ import annotations
 
 import contextlib
-import secrets
+import time
 from collections.abc import Callable
 
 from kazoo.exceptions import NoNodeError
 
 from dbwrap_py.adapters.zookeeper.client import Op, Session, record_ops, until
-from dbwrap_py.errors import FencedOut, Unavailable
-from dbwrap_py.leased import Keep
+from dbwrap_py.errors import Unavailable
 
 
-class Transactions:
+class TransactionSteps:
     """For ZooKeeperAdapter: its ``zk``, ``root``, ``seq``, ``_path`` and ``_tokens``."""
 
     zk: Session
     root: str
     seq: str
-    op_timeout: float
     _tokens: dict[bytes, int]
     _path: Callable[..., str]
-    #: (the transaction lock's token, the writes buffered) while one is open
-    _txn: tuple[int, dict[bytes, bytes | None]] | None = None
 
-    def _buffered(self, key: bytes, value: bytes | None | Keep) -> bool:
-        """Inside a transaction, a write goes only into its buffer (our transaction lock fences it)."""
-        if self._txn is not None and not isinstance(value, Keep):
-            self._txn[1][key] = value
-        return self._txn is not None
+    def _lock_ops(self, token: int, kind: str) -> list[Op]:
+        return [(kind, f"{self.root}/f/t.{token}", *((b"", True) if kind == "create" else ())),
+                (kind, f"{self.root}/t", *((b"", True) if kind == "create" else ()))]
 
-    def transaction_start(self, nonblock: bool = False) -> None:
-        token = secrets.randbits(63)
-        take: list[Op] = [("create", f"{self.root}/t", b"", True), ("create", f"{self.root}/f/t.{token}", b"", True)]
-        until(lambda: self.zk.multi(take) is None, self.op_timeout, nonblock, "the transaction lock")
-        try:  # record lockers are excluded now: wait for those already in
-            mine = {f"k{k.hex()}" for k in self._tokens}
-            until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, self.op_timeout, nonblock,
-                  "record locks")
-        except BaseException:
-            self._release(token)
-            raise
-        self._txn = (token, {})
+    def take_transaction_lock(self, token: int, seconds: float) -> bool:
+        return self.zk.multi(self._lock_ops(token, "create")) is None
 
-    def transaction_commit(self) -> None:
-        (token, writes), self._txn = self._txn or (0, {}), None
+    def wait_for_record_lockers(self, token: int, nonblock: bool, deadline: float) -> None:
+        mine = {f"k{k.hex()}" for k in self._tokens}
+        until(lambda: set(self.zk.children(f"{self.root}/l")) <= mine, max(0.0, deadline - time.monotonic()),
+              nonblock, "record locks")
+
+    def commit_transaction(self, token: int, writes: dict[bytes, bytes | None]) -> bool:
         try:
             present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
-            ops: list[Op] = [("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")]
+            ops = self._lock_ops(token, "delete")
             for (key, value), old in zip(writes.items(), present):
                 ops += record_ops(self._path("d", key), value, old is not None)
             failed = self.zk.multi([*ops, ("set", self.seq, b"")] if writes else ops)
         except BaseException:
-            self._release(token)
+            self.release_transaction_lock(token)
             raise
-        if failed is not None:
-            self._release(token)
-            if failed[0] < 2 and isinstance(failed[1], NoNodeError):
-                raise FencedOut("zookeeper: the transaction lock went with its session; nothing was written")
-            raise Unavailable(f"zookeeper: transaction refused, nothing written: {failed[1]!r}")
+        if failed is None:
+            return True
+        self.release_transaction_lock(token)
+        if failed[0] < 2 and isinstance(failed[1], NoNodeError):
+            return False  # the lock went with its session: nothing was written
+        raise Unavailable(f"zookeeper: transaction refused, nothing written: {failed[1]!r}")
 
-    def transaction_cancel(self) -> None:
-        (token, _), self._txn = self._txn or (0, {}), None
-        self._release(token)
-
-    def _release(self, token: int) -> None:
+    def release_transaction_lock(self, token: int) -> None:
         with contextlib.suppress(Unavailable):  # else it goes with the session
-            self.zk.multi([("delete", f"{self.root}/f/t.{token}"), ("delete", f"{self.root}/t")])
-
+            self.zk.multi(self._lock_ops(token, "delete"))

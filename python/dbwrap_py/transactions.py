@@ -18,7 +18,9 @@ primitives, only what its store does:
 * ``release_transaction_lock(token)``: the cancel;
 * optionally ``renew_transaction_lock(token, seconds) -> bool`` (the lock
   is renewed while writes are buffered), ``wait_for_transaction_lock``
-  (between tries; a sleep by default) and ``wipe_records()``.
+  (between tries; a sleep by default), ``wait_for_record_lockers`` (once
+  the lock is ours, for record locks taken before it; nothing by default)
+  and ``wipe_records()``.
 
 The framework does the rest: the buffer, reads and scans through it, the
 lease primitives bypassed while the transaction lock excludes every other
@@ -119,6 +121,13 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         op_timeout). A store that can wake the waiter overrides it."""
         time.sleep(min(pause, left))
 
+    def wait_for_record_lockers(self, token: int, nonblock: bool, deadline: float) -> None:
+        """Optional: once ``token`` holds the transaction lock, wait until
+        no other process holds a record lock taken before it (LockConflict
+        at once with ``nonblock``, Timeout at ``deadline``), as tdb's
+        allrecord lock waits for chainlocks. By default nothing: a store
+        whose record lockers could not have been in."""
+
     def wipe_records(self) -> None:
         """Delete every stored record (outside a transaction)."""
         Adapter.wipe(self)
@@ -211,6 +220,11 @@ class TransactionalLeasedAdapter(LeasedAdapter):
             if left <= 0:
                 raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
             self.wait_for_transaction_lock(TRANSACTION_LOCK_PAUSE, left)
+        try:
+            self.wait_for_record_lockers(token, nonblock, deadline)
+        except BaseException:
+            self.release_transaction_lock(token)
+            raise
         self._transaction = Transaction(token)
 
     def transaction_commit(self) -> None:

@@ -298,9 +298,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
     def read_record(self, key: bytes) -> bytes | None:
         rows = self.client.run("fetch", self.cql.get, self._pk(key))
         if self.buckets and rows and owning.Hold.of(rows[0], read=True).holds():
-            value = self.lock_get(key)  # a node's copy is the newer: have it handed back, as a lock does
-            self.unlock(key)
-            return value
+            return self.read_from_its_node(key)
         value = rows[0].v if rows else None
         self._remember(key, value)
         return value

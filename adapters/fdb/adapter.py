@@ -195,10 +195,7 @@ class FdbAdapter(TransactionalLeasedAdapter):
 
     def read_record(self, key: bytes) -> bytes | None:
         value, by_node = self.store().get(key)
-        if by_node:  # a node's copy is the newer: have it handed back, as a lock does
-            value = self.lock_get(key)
-            self.unlock(key)
-        return value
+        return self.read_from_its_node(key) if by_node else value
 
     def scan_records(self) -> Iterator[tuple[bytes, bytes]]:
         after: bytes | None = None

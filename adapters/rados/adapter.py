@@ -271,9 +271,7 @@ class RadosAdapter(TransactionalLeasedAdapter):
         names = owning.Names.of(key)
         found = self.ops.read(self.oid_of(key), names.all() if not self.spec.persistent else [names.record])
         if owning.Holding.read(names, found).entry:
-            value = self.lock_get(key)  # a node's copy is the newer: have it handed back, as a lock does
-            self.unlock(key)
-            return value
+            return self.read_from_its_node(key)
         return found.get(names.record)
 
     def scan_records(self) -> Iterator[tuple[bytes, bytes]]:

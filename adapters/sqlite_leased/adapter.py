@@ -123,10 +123,7 @@ class SqliteLeasedAdapter(LeasedAdapter):
     def get(self, key: bytes) -> bytes | None:
         value, by_node = self.sql.run(f"SELECT (SELECT v FROM kv WHERE k = :k), {self._node_holds}",
                                       {"k": key})[0]
-        if by_node:  # the node's copy is the newer: have it handed back, as a lock does
-            value = self.lock_get(key)
-            self.unlock(key)
-        return value
+        return self.read_from_its_node(key) if by_node else value
 
     def scan(self) -> list[tuple[bytes, bytes]]:
         return self.sql.run("SELECT k, v FROM kv")

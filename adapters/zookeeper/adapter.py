@@ -121,10 +121,7 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
         if self.spec.persistent or key in self._tokens:
             return self.zk.get_many([self._path("d", key)])[0]
         value, by_node = self.ownership().read(key)
-        if by_node:  # a node's copy is the newer: have it handed back, as a lock does
-            value = self.lock_get(key)
-            self.unlock(key)
-        return value
+        return self.read_from_its_node(key) if by_node else value
 
     def scan_records(self) -> Iterator[tuple[bytes, bytes]]:
         names = self.zk.children(f"{self.root}/d")

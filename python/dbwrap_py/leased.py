@@ -220,6 +220,14 @@ class LeasedAdapter(Adapter):
         sure = self.lease_seconds - (1.0 if self.lease_source is LeaseSource.SERVER_TTL else 0.0)
         return max(0.1, sure / 3)
 
+    def read_from_its_node(self, key: bytes) -> bytes | None:
+        """An unlocked read of a record a node owns (the node cache): that
+        node's copy is the newer, so the record lock is taken (the node
+        hands the record back first) and let go at once; the value then."""
+        value = self.lock_get(key)
+        self.unlock(key)
+        return value
+
     def keep_locks_alive(self) -> None:
         """Renew every lease held; one lost already stays lost (its writes are fenced out)."""
         for key, token in list(self._tokens.items()):

@@ -149,7 +149,21 @@ def records_freed(crash: Crash) -> None:
         f"{_late(crash, deadline)} node 1's records still keep the survivors out: "
         + "; ".join(f"node {pnn + 1} cannot {what} {crash.deny_write if 'open' in what else crash.locked} "
                     f"({last.get((pnn, what), 'not tried')})" for pnn, what in tries)
-        + "\n" + _ctdb_status(crash))
+        + "\n" + _ctdb_status(crash) + _survivors_logs(crash, {pnn for pnn, _ in tries}))
+
+
+def _survivors_logs(crash: Crash, nodes: set[int]) -> str:
+    """For a failure's message: the smbd log ends of ``nodes``, their node
+    agents' logs, and what the backend holds (with its server's log)."""
+    out = []
+    for pnn in sorted(nodes):
+        out.append(f"--- node {pnn + 1}'s smbd log ends ---\n{crash.cluster.sambas[pnn].log_tail(30)}")
+        if crash.cluster.agents:
+            log = crash.cluster.agents[pnn].log  # type: ignore[attr-defined]
+            text = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else ["(no log)"]
+            out.append(f"--- node {pnn + 1}'s node agent log ends ---\n" + "\n".join(text))
+    out.append(f"--- the backend now ---\n{crash.cluster.backend_report()}")
+    return "\n" + "\n".join(out)
 
 
 def survivors_serve(crash: Crash) -> None:

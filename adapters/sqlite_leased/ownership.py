@@ -253,10 +253,11 @@ class SqliteNodeStore(NodeStore):
                               f"databases use (by default {CLUSTER_FILE} in their directory)")
         return cls(cluster_file, options.get_float("op_timeout", 10.0, minimum=0.0))
 
-    def _connect(self, path: str, db: bytes | None = None) -> Sql:
+    def _connect(self, path: str, db: bytes | None = None, *, closed_by_close: bool = True) -> Sql:
         sql = Sql(path, self.op_timeout, AGENT_FILE_MODE)  # a database's file: its opener made the tables
         attach(sql, self.cluster_file, AGENT_FILE_MODE, db)
-        self._connections.append(sql)
+        if closed_by_close:
+            self._connections.append(sql)
         return sql
 
     def _cluster(self) -> Sql:
@@ -288,20 +289,26 @@ class SqliteNodeStore(NodeStore):
         self._cluster().run("DELETE FROM cluster.nodes WHERE lease = ?", (lease.id,))
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
-        sql = self._cluster()
+        # Its own connection, closed here as it ends (within POLL_SECONDS of
+        # stop), never by close() from another thread while it is in use:
+        # Python's sqlite3 may crash on a connection closed under a query.
+        sql = self._connect(":memory:", closed_by_close=False)
         seen: set[int] = set()  # each request once: the agent keeps it until it is served
         next_cleanup = 0.0
-        while not stop.is_set():
-            if time.monotonic() >= next_cleanup:  # requests whose requesters stopped asking
-                sql.run(f"DELETE FROM cluster.requests WHERE expires <= {NOW}")
-                next_cleanup = time.monotonic() + 1.0
-            rows = sql.run(f"SELECT id, db, k FROM cluster.requests WHERE node = ? AND expires > {NOW}",
-                           (node.decode(),))
-            for request, db, key in rows:
-                if request not in seen:
-                    yield db.encode(), key
-            seen = {row[0] for row in rows}
-            stop.wait(POLL_SECONDS)
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= next_cleanup:  # requests whose requesters stopped asking
+                    sql.run(f"DELETE FROM cluster.requests WHERE expires <= {NOW}")
+                    next_cleanup = time.monotonic() + 1.0
+                rows = sql.run(f"SELECT id, db, k FROM cluster.requests WHERE node = ? AND expires > {NOW}",
+                               (node.decode(),))
+                for request, db, key in rows:
+                    if request not in seen:
+                        yield db.encode(), key
+                seen = {row[0] for row in rows}
+                stop.wait(POLL_SECONDS)
+        finally:
+            sql.conn.close()
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         self.database(db_id)._served(node, key)

@@ -62,6 +62,8 @@ VACUUM_SLICE = 64
 RETRY_SECONDS = 0.005
 #: how long a write-through for a traverse waits for records processes hold
 SYNC_HOLD_SECONDS = 1.0
+#: beyond the TTL, how long a stopping agent waits for its keepalive's call to the store
+JOIN_SECONDS = 10.0
 NODE_NAME_CHARS = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -109,6 +111,7 @@ class NodeAgent:
         self._unreachable: set[bytes] = set()  # logged once, not every vacuum
         self._writer: StateWriter | None = None
         self._lockfile = -1
+        self._keepalive_thread: threading.Thread | None = None
 
     # -- start and stop -----------------------------------------------------------
 
@@ -123,7 +126,8 @@ class NodeAgent:
         self._writer = StateWriter(self.cache_dir, self.node)
         self._grant()
         self._publish_metrics_address()
-        threading.Thread(target=self._keepalive, name="keepalive", daemon=True).start()
+        self._keepalive_thread = threading.Thread(target=self._keepalive, name="keepalive", daemon=True)
+        self._keepalive_thread.start()
         threading.Thread(target=self._listen, name="requests", daemon=True).start()
 
     def stop(self) -> None:
@@ -233,6 +237,14 @@ class NodeAgent:
                 if not self._stopping.is_set():
                     _log(f"requests: {exc}; again")
                     time.sleep(0.1)
+
+    def _join_keepalive(self) -> bool:
+        """Wait for the keepalive thread to end (it stops on _released; a
+        renewal in progress waits at most about a TTL); True if it still runs."""
+        thread = self._keepalive_thread
+        if thread is not None:
+            thread.join(self.ttl + JOIN_SECONDS)
+        return thread is not None and thread.is_alive()
 
     # -- the work -------------------------------------------------------------------
 
@@ -365,6 +377,7 @@ class NodeAgent:
             except (DbwrapError, OSError) as exc:
                 _log(f"drain {cache.db_id!r}: {exc}")
         self._released.set()
+        renewing = self._join_keepalive()  # one still publishing would write the state file again
         self._stop_metrics()
         self._writer.remove()
         try:
@@ -373,7 +386,10 @@ class NodeAgent:
             _log(f"revoke: {exc} (the lease expires by itself)")
         for cache in self._caches.values():
             cache.close()
-        self.store.close()
+        if renewing:
+            _log("the keepalive is still in a call to the store: the store is left open for it")
+        else:
+            self.store.close()  # never under the keepalive's call; it ends the request thread's wait
         _log(f"stopped: {records} record(s) and {buckets} bucket(s) handed back; "
              f"{self.served} release request(s) served; {self.vacuumed} deleted record(s) vacuumed; "
              f"{self.written_through} record(s) written through for traverses")

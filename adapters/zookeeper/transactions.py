@@ -26,12 +26,18 @@ class TransactionSteps:
     _tokens: dict[bytes, int]
     _path: Callable[..., str]
 
-    def _lock_ops(self, token: int, kind: str) -> list[Op]:
-        return [(kind, f"{self.root}/f/t.{token}", *((b"", True) if kind == "create" else ())),
-                (kind, f"{self.root}/t", *((b"", True) if kind == "create" else ()))]
+    def _lock_paths(self, token: int) -> tuple[str, str]:
+        """The transaction lock: our fence, and the lock node beside it."""
+        return f"{self.root}/f/t.{token}", f"{self.root}/t"
+
+    def _take_lock_ops(self, token: int) -> list[Op]:
+        return [("create", path, b"", True) for path in self._lock_paths(token)]
+
+    def _release_lock_ops(self, token: int) -> list[Op]:
+        return [("delete", path) for path in self._lock_paths(token)]
 
     def take_transaction_lock(self, token: int, seconds: float) -> bool:
-        return self.zk.multi(self._lock_ops(token, "create")) is None
+        return self.zk.multi(self._take_lock_ops(token)) is None
 
     def wait_for_record_lockers(self, token: int, nonblock: bool, deadline: float) -> None:
         mine = {f"k{k.hex()}" for k in self._tokens}
@@ -41,7 +47,7 @@ class TransactionSteps:
     def commit_transaction(self, token: int, writes: dict[bytes, bytes | None]) -> bool:
         try:
             present = self.zk.get_many([self._path("d", k) for k in writes])  # stable: writers wait
-            ops = self._lock_ops(token, "delete")
+            ops = self._release_lock_ops(token)
             for (key, value), old in zip(writes.items(), present):
                 ops += record_ops(self._path("d", key), value, old is not None)
             failed = self.zk.multi([*ops, ("set", self.seq, b"")] if writes else ops)
@@ -57,4 +63,4 @@ class TransactionSteps:
 
     def release_transaction_lock(self, token: int) -> None:
         with contextlib.suppress(Unavailable):  # else it goes with the session
-            self.zk.multi(self._lock_ops(token, "delete"))
+            self.zk.multi(self._release_lock_ops(token))

@@ -197,12 +197,10 @@ def daemon_registry(daemon: Any) -> Any:
                                   "connection's hold", value=stats.lock_waits)
         yield CounterMetricFamily(prefix + "lock_wait_seconds", "seconds record-lock requests waited, "
                                   "granted or timed out", value=stats.lock_wait_seconds)
-        from dbwrap_py.nodecache.cache import TAKES
-
         takes = CounterMetricFamily(prefix + "node_cache_takes", "ownership the daemon took from the store "
                                     "for its node's node cache: records taken one by one, "
                                     "buckets claimed", labels=["what"])
-        for what, count in sorted(dict(TAKES).items()):
+        for what, count in sorted(daemon.table.takes().items()):
             takes.add_metric([what], count)
         yield takes
         yield GaugeMetricFamily(prefix + "connected_clients", "connections (smbd processes) now",

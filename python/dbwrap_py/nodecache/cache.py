@@ -52,13 +52,6 @@ ASKED_KEPT = 1024
 WRITE_BACK, WRITE_THROUGH = "write-back", "write-through"
 
 
-#: what this process took from the store for its node: records taken one by
-#: one (a record lock on the node lease) and buckets claimed. Counted here,
-#: where every take is made (the C fast path sends its misses here), for
-#: the proxy daemon's metrics (metrics.py).
-TAKES: dict[str, int] = {"record": 0, "bucket": 0}
-
-
 def check_cache_dir(cache_dir: str | Path) -> None:
     """UnsafePath unless the directory is root's (or this process's
     effective user's) and writable by its owner only: root keeps the node's
@@ -111,6 +104,11 @@ class NodeCache:
         self._claim_backoff: dict[int, float] = {}
         self._asked: dict[bytes, tuple[bytes, float]] = {}  # key: (owner asked, when)
         self._written_through_at = -1  # local seqnum when the store last had every owned record
+        #: what this cache took from the store for its node: records taken
+        #: one by one (a record lock on the node lease) and buckets claimed.
+        #: Counted here, where every take is made (the C fast path sends its
+        #: misses here), for the proxy daemon's metrics (DatabaseTable.takes).
+        self.takes: dict[str, int] = {"record": 0, "bucket": 0}
 
     @property
     def wipe_revision(self) -> int:
@@ -181,7 +179,7 @@ class NodeCache:
                 self._ask(key, exc.node, lease)
             raise
         self._asked.pop(key, None)
-        TAKES["record"] += 1
+        self.takes["record"] += 1
         flags = (VIA_BUCKET if taken.via_bucket else 0) | (IN_STORE if taken.value is not None else 0)
         local = Local(lease, taken.token, flags, taken.value)
         self.records.keep(key, local.lease, local.token, local.flags, local.value)
@@ -230,7 +228,7 @@ class NodeCache:
                 self._claim_backoff[number] = time.monotonic() + CLAIM_BACKOFF
                 return False
             self.buckets.put(bucket_key(number), Bucket(lease, claim.token, frozenset(claim.records)).pack())
-            TAKES["bucket"] += 1
+            self.takes["bucket"] += 1
             return True
         finally:
             self.buckets.unlock(bucket_key(number))

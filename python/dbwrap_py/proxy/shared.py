@@ -72,6 +72,11 @@ class SharedDatabase:
     def close(self) -> None:
         self.call(self.db.close)
 
+    def takes(self) -> dict[str, int]:
+        """What its node cache took from the store ({} without one)."""
+        cache = getattr(self.db.adapter, "cache", None)  # nodecache.adapter.CachedAdapter's
+        return dict(cache.takes) if cache is not None else {}
+
     def renew(self, now: float) -> float | None:
         """Queue a renewal of the held records' leases when one is due; when
         the next one is due (None: nothing held, or this adapter's locks
@@ -144,6 +149,8 @@ class DaemonStats:
     #: LOCK requests that parked behind another connection's hold, and how long they waited
     lock_waits: int = 0
     lock_wait_seconds: float = 0.0
+    #: node-cache takes of the databases closed since the daemon started (DatabaseTable.takes)
+    closed_takes: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 class DatabaseTable:
@@ -196,7 +203,17 @@ class DatabaseTable:
             if shared.refs > 0:
                 return
             del self._open[shared.key]
+            self.stats.closed_takes.update(shared.takes())
         shared.close()
+
+    def takes(self) -> dict[str, int]:
+        """Node-cache takes of every database since the daemon started, by
+        what was taken ("record", "bucket"): the metrics' counter."""
+        with self._mutex:
+            total = collections.Counter(self.stats.closed_takes)
+            for shared in self._open.values():
+                total.update(shared.takes())
+        return dict(total)
 
     def expire(self, now: float) -> float | None:
         """Fail record waits past their deadline; the next deadline, if any."""

@@ -74,6 +74,7 @@ from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
+from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import LeasedHooks
 
 VERSION = "5.0.8"
@@ -569,17 +570,8 @@ class CassandraCluster:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` of each node's system.log and stdout.log."""
-        out = []
-        for node in self._nodes:
-            for path in (node.stdout_log, node.system_log):
-                try:
-                    text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-                except OSError:
-                    continue
-                if text:
-                    out.append(f"--- node {node.index} ({node.host}): {path} ---")
-                    out.extend(text[-lines:])
-        return "\n".join(out)
+        return log_tails(((f"node {node.index} ({node.host})", path)
+                          for node in self._nodes for path in (node.stdout_log, node.system_log)), lines)
 
     def rss_kib(self) -> dict[int, int]:
         """Each running node's resident set size (KiB), by index."""

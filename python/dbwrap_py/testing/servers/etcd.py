@@ -49,6 +49,7 @@ from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped
+from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import TestHooks
 
 HOST = "127.0.0.1"
@@ -341,15 +342,7 @@ class EtcdCluster:
                 time.sleep(0.01)
 
     def log_tail(self, lines: int = 20) -> str:
-        out = []
-        for member in self._members:
-            try:
-                text = member.log.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                continue
-            out.append(f"--- {member.name} ({member.log}) ---")
-            out.extend(text)
-        return "\n".join(out)
+        return log_tails(((member.name, member.log) for member in self._members), lines)
 
     # -- internals ----------------------------------------------------------
 

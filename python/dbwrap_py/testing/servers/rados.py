@@ -85,6 +85,7 @@ from types import TracebackType
 from typing import Any
 
 from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
+from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import LeasedHooks
 
 HOST = "127.0.0.1"
@@ -495,19 +496,9 @@ class CephCluster:
         """The last ``lines`` of each daemon's log and output, and of the cluster log."""
         if self.root is None:
             return ""
-        files = [f for d in self._daemons.values() for f in (d.out, d.log)]
-        files.append(self.root / "log" / "cluster.log")
-        out = []
-        for path in files:
-            try:
-                text = [line for line in path.read_text(errors="replace").splitlines()
-                        if line.strip() and not any(n in line for n in _NOISE)][-lines:]
-            except OSError:
-                continue
-            if text:
-                out.append(f"--- {path.name} ({path}) ---")
-                out.extend(text)
-        return "\n".join(out)
+        files = [f for d in self._daemons.values() for f in (d.out, d.log)] + [self.root / "log" / "cluster.log"]
+        return log_tails(((path.name, path) for path in files), lines,
+                         noise=lambda line: any(n in line for n in _NOISE))
 
     def rss_kib(self) -> dict[str, int]:
         """Each running daemon's resident set size (KiB), for benchmarks' notes."""

@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dbwrap_py.servers import ServerError, StartStop, dying_with_parent, serve_until_stopped, stop_process
+from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import LeasedHooks
 
 HOST = "127.0.0.1"
@@ -280,14 +281,8 @@ class ZooKeeperServer(StartStop):
         return True
 
     def log_tail(self, lines: int = 20) -> str:
-        out = []
-        for peer in self.peers:
-            try:
-                text = peer.log.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                continue
-            out += ([f"--- server {peer.myid} ({peer.log}) ---"] if self.nodes > 1 else []) + text
-        return "\n".join(out) or "(no log)"
+        return log_tails(((f"server {peer.myid}" if self.nodes > 1 else None, peer.log) for peer in self.peers),
+                         lines) or "(no log)"
 
 
 @contextlib.contextmanager

@@ -737,24 +737,10 @@ _STATUS_METRICS = (
 def _agent_metrics(cache_dir: Path) -> tuple[str, dict[str, float]] | None:
     """(URL, sample values by name) of the agent's metrics, or None when it
     serves none (no agent.metrics)."""
-    import urllib.request
+    from dbwrap_py.metrics import agent_metrics_url, scrape
 
-    from dbwrap_py.metrics import AGENT_METRICS_FILE, prometheus
-
-    try:
-        addr, port = (cache_dir / AGENT_METRICS_FILE).read_text().split()
-    except FileNotFoundError:
-        return None
-    host = f"[{addr}]" if ":" in addr else addr
-    url = f"http://{host}:{int(port)}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        text = reply.read().decode()
-    prometheus()  # the library, or what to install
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values = {sample.name: sample.value for family in text_string_to_metric_families(text)
-              for sample in family.samples if not sample.labels}
-    return url, values
+    url = agent_metrics_url(cache_dir)
+    return (url, scrape(url)) if url is not None else None
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -52,6 +53,34 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise ConfigError(f"--metrics-port {value!r}: a port is 0-65535")
     return addr, number
+
+
+def metrics_url(addr: str, port: int) -> str:
+    return f"http://{f'[{addr}]' if ':' in addr else addr}:{port}/metrics"
+
+
+def agent_metrics_url(cache_dir: str | Path) -> str | None:
+    """Where the node agent serving ``cache_dir`` serves its metrics, as its
+    AGENT_METRICS_FILE says; None when it serves none."""
+    try:
+        addr, port = (Path(cache_dir) / AGENT_METRICS_FILE).read_text().split()
+    except FileNotFoundError:
+        return None
+    return metrics_url(addr, int(port))
+
+
+def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """The unlabelled samples at ``url`` (counters, gauges, a histogram's
+    count and sum), by name: what ``dbwrap-py status`` and the benchmarks read."""
+    import urllib.request
+
+    prometheus()  # the library, or what to install
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        text = reply.read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if not sample.labels}
 
 
 @dataclass

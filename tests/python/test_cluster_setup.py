@@ -13,7 +13,7 @@ import pytest
 
 from dbwrap_py.adapter import DatabaseSpec
 from dbwrap_py.cluster.ctdb import CTDB_PORT, free_addresses, node_states
-from dbwrap_py.cluster.processes import in_sessions, session_leading_children, still_running
+from dbwrap_py.cluster.processes import cpu_seconds, in_sessions, session_leading_children, still_running
 from dbwrap_py.cluster.samba_cluster import ClusterError, ClusterSetup, SambaCluster
 from dbwrap_py.database import named_by_file
 from dbwrap_py.errors import ConfigError
@@ -89,6 +89,22 @@ def test_a_servers_session_is_found_whole_and_seen_gone_by_pid():
         os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()
         assert _until(lambda: not still_running(members)), still_running(members)
+    finally:
+        stop_process_group(leader, signal.SIGKILL)
+
+
+def test_cpu_seconds_count_a_session_by_command_with_the_children_it_reaped():
+    """What bench cluster's "cpu ms" per open reads: a session's CPU time by
+    command name, a reaped child's counted in its parent's."""
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.3: pass')"
+    script = f"{sys.executable} -c \"{burn}\"; exec sleep 63"  # a child burns, is reaped, then sleep
+    leader = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    try:
+        assert _until(lambda: "sleep" in cpu_seconds({leader.pid})), in_sessions({leader.pid})
+        used = cpu_seconds({leader.pid})
+        assert list(used) == ["sleep"], used
+        assert used["sleep"] >= 0.3, f"the reaped child's 0.3 s counts in its parent's: {used}"
+        assert cpu_seconds({leader.pid + 1_000_000}) == {}, "another session counts nothing"
     finally:
         stop_process_group(leader, signal.SIGKILL)
 

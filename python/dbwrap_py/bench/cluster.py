@@ -99,7 +99,8 @@ class Configuration:
         if self.adapter is None:  # node-local opens here too: the same work on every line
             return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local))
         return ClusterSetup(nodes=NODES, adapter=self.adapter, databases=LOCKING_DATABASES,
-                            adapter_options=dict(self.options), node_local=tuple(self.node_local))
+                            adapter_options=dict(self.options), node_local=tuple(self.node_local),
+                            agent_metrics=node_cache_mode(Options(dict(self.options))) is not None)
 
     def describe(self) -> dict:
         if self.adapter is None:
@@ -288,17 +289,34 @@ class Sweep:
         return refusal
 
 
-def _counters(config: Configuration, cluster: SambaCluster) -> Callable[[], dict[str, int]]:
-    """The backend's request counters (none for ctdb)."""
-    if config.adapter is None:
-        return dict
-    hooks, reach = hooks_for(config.adapter), dict(cluster.backend_options)
+#: the node agents' metrics a point records (summed over the nodes; per open):
+#: ownership moving between nodes, and the node leases' renewals
+AGENT_COUNTERS = ("release_requests_served_total", "records_handed_back_total", "lease_renewals_total",
+                  "lease_renewal_failures_total", "lease_regrants_total", "lease_renewal_seconds_sum")
 
-    def counters() -> dict[str, int]:
+
+def _counters(config: Configuration, cluster: SambaCluster) -> Callable[[], dict[str, float]]:
+    """What a point records per open, read before and after it: the
+    backend's request counters (none for ctdb), the node agents' metrics
+    (AGENT_COUNTERS, "agent " before each) and the CPU milliseconds of the
+    cluster's processes by command ("cpu ms " before each: smbd, ctdbd,
+    the agents, the backend's server)."""
+    hooks = hooks_for(config.adapter) if config.adapter is not None else None
+    reach = dict(cluster.backend_options)
+
+    def counters() -> dict[str, float]:
+        found: dict[str, float] = {}
+        try:  # by-products: never fail a point for them
+            found.update(hooks.store_counters(reach) if hooks is not None else {})
+        except Exception:
+            pass
         try:
-            return hooks.store_counters(reach)
-        except Exception:  # counters are a by-product: never fail a point for them
-            return {}
+            agents = cluster.agent_counters()
+            found.update({f"agent {name}": agents[name] for name in AGENT_COUNTERS if name in agents})
+        except Exception:
+            pass
+        found.update({f"cpu ms {name}": round(seconds * 1000) for name, seconds in cluster.cpu_seconds().items()})
+        return found
 
     return counters
 

@@ -45,8 +45,10 @@ class Point:
     round_index: int = 0
     #: why the point failed, one cause per line (smbd's log, smbtorture), else empty
     error: str = ""
-    #: the backend's own requests per open+close, by kind (its test hooks' store_counters)
-    store_requests: dict[str, float] = field(default_factory=dict)
+    #: per open+close, what the sweep counts: the backend's own requests by
+    #: kind (its test hooks' store_counters); a cluster sweep adds its node
+    #: agents' metrics ("agent ...") and CPU milliseconds by process ("cpu ms ...")
+    per_open: dict[str, float] = field(default_factory=dict)
 
     def failure_lines(self) -> list[str]:
         return self.error.splitlines()
@@ -167,9 +169,10 @@ def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
 
 
 def measure_with(run: Callable[[], Rates], label: str, nprocs: int, round_index: int,
-                 counters: Callable[[], dict[str, int]] = dict) -> tuple[Point, Rates]:
-    """The point of one smbtorture ``run`` (and its rates), with the
-    backend's requests per open+close from ``counters`` before and after."""
+                 counters: Callable[[], Mapping[str, float]] = dict) -> tuple[Point, Rates]:
+    """The point of one smbtorture ``run`` (and its rates), with what
+    ``counters`` counts (the backend's requests, CPU time, ...) per
+    open+close, from readings before and after."""
     before = counters()
     rates = run()
     after = counters()
@@ -177,7 +180,7 @@ def measure_with(run: Callable[[], Rates], label: str, nprocs: int, round_index:
     point.round_index = round_index
     opens = sum(rates.opens)
     if opens:
-        point.store_requests = {kind: round((after[kind] - before.get(kind, 0)) / opens, 4)
+        point.per_open = {kind: round((after[kind] - before.get(kind, 0)) / opens, 4)
                                 for kind in after if after[kind] != before.get(kind, 0)}
     return point, rates
 
@@ -185,7 +188,7 @@ def measure_with(run: Callable[[], Rates], label: str, nprocs: int, round_index:
 def point_line(point: Point, width: int = 22) -> str:
     """A point as the sweeps print it: opens/s, latency, the backend's
     requests per open; a failed one with its cause below."""
-    store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(point.store_requests.items())
+    store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(point.per_open.items())
                     if kind not in ("LeaseKeepAlive",))
     return (f"  nprocs={point.nprocs:<4} {point.mode:<{width}} {point.opens_per_second:8.0f} opens/s "
             f"{point.open_latency_ms:8.2f} ms{store}"

@@ -37,6 +37,34 @@ def in_sessions(leaders: Collection[int], proc: Path = PROC) -> dict[int, str]:
     return found
 
 
+#: clock ticks per second, for /proc/<pid>/stat's CPU times
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(leaders: Collection[int], proc: Path = PROC) -> dict[str, float]:
+    """CPU seconds (user and system) used so far by the live processes in
+    the sessions ``leaders`` lead, by command name ("smbd", "ctdbd",
+    "etcd", ...), with the children each has reaped: smbd's exited client
+    processes count in their parent's. A benchmark takes two readings and
+    their difference."""
+    used: dict[str, float] = {}
+    wanted = set(leaders)
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = _stat_fields(stat)
+            if fields[0] == "Z" or int(fields[3]) not in wanted:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            ticks = sum(int(field) for field in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        used[name] = used.get(name, 0.0) + ticks / _TICKS
+    return used
+
+
 def still_running(processes: Mapping[int, str], proc: Path = PROC) -> dict[int, str]:
     """Those of ``processes`` (from in_sessions) that still run: the same PID,
     not a zombie, the same command line (not a reused PID)."""

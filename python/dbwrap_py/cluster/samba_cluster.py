@@ -43,7 +43,7 @@ from pathlib import Path
 
 from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
 from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
-from dbwrap_py.cluster.processes import in_sessions, session_leading_children
+from dbwrap_py.cluster.processes import cpu_seconds, in_sessions, session_leading_children
 from dbwrap_py.cluster.replicas import BackendReplicas
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
@@ -104,6 +104,9 @@ class ClusterSetup:
     #: FSCTLs, of which STOP/START_CTDB_NODE run ``ctdb stop``/``ctdb
     #: continue`` on the node they name, and its suicide packet
     torture_node_control: bool = False
+    #: with node_cache, the node agents serve Prometheus metrics (on a free
+    #: port of 127.0.0.1 each; agent_counters sums them): the benchmarks' view
+    agent_metrics: bool = False
     log_level: int = 1
 
 
@@ -226,6 +229,25 @@ class SambaCluster(StartStop):
         and whatever they forked; nothing once stop() returned."""
         return in_sessions(self._sessions)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds the cluster's processes used so far, by command name
+        (processes.cpu_seconds): smbd, ctdbd, the agents, the backend's server."""
+        return cpu_seconds(self._sessions)
+
+    def agent_counters(self) -> dict[str, float]:
+        """The node agents' metrics summed over the nodes, by name without
+        the dbwrap_py_node_agent_ prefix ({} without ClusterSetup.agent_metrics)."""
+        from dbwrap_py.metrics import scrape
+
+        total: dict[str, float] = {}
+        if not self.setup.agent_metrics:
+            return total
+        for agent in self.agents:
+            for name, value in scrape(agent.metrics_url()).items():  # type: ignore[attr-defined]
+                short = name.removeprefix("dbwrap_py_node_agent_")
+                total[short] = total.get(short, 0.0) + value
+        return total
+
     def node_processes(self, pnn: int) -> dict[int, str]:
         """The live processes of one node: its smbd, ctdbd and node agent,
         and whatever they forked."""
@@ -298,7 +320,8 @@ class SambaCluster(StartStop):
                 for node in self.ctdb.nodes:
                     agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
                                              node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl,
-                                             start_timeout=AGENT_START_TIMEOUT)
+                                             start_timeout=AGENT_START_TIMEOUT,
+                                             metrics_port="0" if self.setup.agent_metrics else None)
                     self.agents.append(stack.enter_context(agent))
             yield reach
 

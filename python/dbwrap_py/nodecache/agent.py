@@ -40,7 +40,7 @@ from types import TracebackType
 
 from dbwrap_py.errors import ConfigError, DbwrapError, UnsafePath
 from dbwrap_py.leased import renewal_timeout
-from dbwrap_py.metrics import AGENT_METRICS_FILE, MetricsServer, parse_listen
+from dbwrap_py.metrics import AGENT_METRICS_FILE, MetricsServer, agent_metrics_url, metrics_url, parse_listen
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
@@ -464,11 +464,10 @@ class NodeAgentProcess:
 
     def metrics_url(self) -> str:
         """Where the running agent serves its metrics (its agent.metrics file)."""
-        try:
-            addr, port = (self.cache_dir / AGENT_METRICS_FILE).read_text().split()
-        except FileNotFoundError:
-            raise ServerError(f"node agent {self.node} serves no metrics (no --metrics-port)") from None
-        return f"http://{f'[{addr}]' if ':' in addr else addr}:{port}/metrics"
+        url = agent_metrics_url(self.cache_dir)
+        if url is None:
+            raise ServerError(f"node agent {self.node} serves no metrics (no --metrics-port)")
+        return url
 
     def _write_options_file(self) -> Path:
         """The options in ``agent.options`` (0600) in the cache directory:
@@ -586,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)
         if listen is not None:  # before the lease: a port it cannot have stops it first
             addr, port = agent.serve_metrics(*listen)
-            _log(f"metrics on http://{addr}:{port}/metrics")
+            _log(f"metrics on {metrics_url(addr, port)}")
         agent.start()
     except (DbwrapError, OSError, ServerError) as exc:
         print(f"dbwrap-py node-agent: {exc}", file=sys.stderr)

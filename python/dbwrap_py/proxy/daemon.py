@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.log import log, log_request_counts
 from dbwrap_py.errors import DbwrapError
-from dbwrap_py.metrics import MetricsServer, parse_listen
+from dbwrap_py.metrics import MetricsServer, metrics_url, parse_listen
 from dbwrap_py.proxy.loop_tasks import LoopTasks
 from dbwrap_py.proxy.policy import DaemonConfig
 from dbwrap_py.proxy.process import ProxyDaemonProcess
@@ -396,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         daemon = ProxyDaemon(args.socket, args.group, config)
         if listen is not None:  # before the socket: a refused port leaves nothing behind
             addr, port = daemon.serve_metrics(*listen)
-            log(f"metrics on http://{addr}:{port}/metrics")
+            log(f"metrics on {metrics_url(addr, port)}")
         daemon.bind()
     except (KeyError, OSError, ValueError, DbwrapError) as exc:  # KeyError: no such group
         print(f"dbwrap-py proxy-daemon: {exc}", file=sys.stderr)

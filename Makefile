@@ -222,8 +222,8 @@ $(PROXY_CLIENT_BROKEN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(SAMBA_STAMP) | deps
 	$(call link_proxy_client,$@,-DDBWRAP_PY_BROKEN_MAX_MESSAGE)
 
 # The conformance suite's driver: every check through Samba's dbwrap front end.
-CHECK_SRC := $(wildcard conformance/*.c)
-$(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
+CHECK_SRC := $(wildcard conformance/checks/*.c)
+$(CHECK_BIN): $(CHECK_SRC) conformance/checks/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) -Ic_bridge -o $@ $(CHECK_SRC) \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) \
@@ -390,11 +390,11 @@ test-conformance-tdb: all ## the conformance tables for tdb and memory (no serve
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 
-test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest tests/conformance
+test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest conformance/tests
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
-	$(VPY) -m pytest -q tests/conformance
+	$(VPY) -m pytest -q conformance/tests
 
 test-conformance-etcd: all ## conformance on a throwaway etcd, without and with the node cache
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 --variant node_cache=yes

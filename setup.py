@@ -3,7 +3,11 @@
 The package lives in python/dbwrap_py; the adapters in the top-level adapters/
 folder (a package each, or a module for the one-file ones) are installed as
 dbwrap_py.adapters, so that a short name such as "tdb" resolves to
-dbwrap_py.adapters.tdb.
+dbwrap_py.adapters.tdb. The conformance suite's Python side (the top-level
+conformance/: its runner, report, pytest plugin and broken examples) is
+installed as dbwrap_py.conformance; its C checks (conformance/checks/), the
+linearizability checker and its tests are not Python packages, so they stay
+out.
 """
 
 from setuptools import Extension, find_packages, setup
@@ -50,10 +54,14 @@ setup(
     version="0.1.0",
     description="Samba dbwrap backends written in Python",
     python_requires=">=3.11",
-    # every package under python/ (a new one cannot be left out of `make deb`)
+    # every package under python/, adapters/ and conformance/ (a new one
+    # cannot be left out of `make deb`)
     packages=[*find_packages("python"), "dbwrap_py.adapters",
-              *(f"dbwrap_py.adapters.{name}" for name in find_packages("adapters"))],
-    package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
+              *(f"dbwrap_py.adapters.{name}" for name in find_packages("adapters")),
+              "dbwrap_py.conformance",
+              *(f"dbwrap_py.conformance.{name}" for name in find_packages("conformance", exclude=["tests*"]))],
+    package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters",
+                 "dbwrap_py.conformance": "conformance"},
     ext_modules=[records, tdb, nodecache_fastpath],
     # an adapter's client library, where it is not Debian's (rados): one
     # extra each, since scylla-driver and cassandra-driver install the same

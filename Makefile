@@ -45,9 +45,13 @@ CFLAGS  += -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declara
            -DDBWRAP_PY_SAMBA_VERSION='"$(SAMBA_VERSION)"' \
            -DDBWRAP_PY_SAMBA_VERSION_NUMBER=$(SAMBA_VERSION_NUMBER)
 
-# The node cache's rules without Python (hidden in the bridge: no ABI).
-NODECACHE  := python/dbwrap_py/nodecache
-NODECACHE_HDR := $(NODECACHE)/_core.h $(NODECACHE)/_layout.h
+# The C core both sides include, and which includes neither: the native
+# records and record rules interfaces, the tdb adapter's capsule, and the
+# node cache's rules without Python (hidden in the bridge: no ABI). The
+# bridge links CORE_SRC; setup.py builds it into the Python extensions.
+CORE     := c_core
+CORE_HDR := $(wildcard $(CORE)/*.h)
+CORE_SRC := $(CORE)/nodecache_core.c
 
 # The bridge without Python (what a proxy-mode smbd maps), and the
 # in-process transport, the one part linked with libpython, loaded on demand.
@@ -56,10 +60,10 @@ BRIDGE_SRC := c_bridge/db_ops.c c_bridge/deferred_store.c c_bridge/buffers.c \
               c_bridge/locked_copy.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
               c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
               c_bridge/per_rec_persistent.c \
-              $(NODECACHE)/_core.c
+              $(CORE_SRC)
 INPROC_SRC := c_bridge/transport_inproc.c c_bridge/inproc_python.c c_bridge/inproc_native.c \
               c_bridge/py_runtime.c
-BRIDGE_HDR := $(wildcard c_bridge/*.h)
+BRIDGE_HDR := $(wildcard c_bridge/*.h) $(CORE_HDR)
 BRIDGE_LIB := $(BUILD)/libdbwrap_py.so
 INPROC_LIB := $(BUILD)/libdbwrap_py_inproc.so
 PRELOAD_LIB := $(BUILD)/libdbwrap_py_preload.so
@@ -70,7 +74,7 @@ TEST_BIN   := $(BUILD)/test_dbwrap
 # the proxy client with sanitizers, and its broken twin (below)
 PROXY_CLIENT_SRC := tests/proxy_client/proxy_client.c c_bridge/proxy_wire.c c_bridge/proxy_conn.c \
                     c_bridge/transport_proxy.c c_bridge/proxy_fastpath.c c_bridge/nodecache_files.c \
-                    c_bridge/locked_copy.c c_bridge/log.c c_bridge/options.c $(NODECACHE)/_core.c
+                    c_bridge/locked_copy.c c_bridge/log.c c_bridge/options.c $(CORE_SRC)
 PROXY_CLIENT_BIN := $(BUILD)/proxy_client
 PROXY_CLIENT_BROKEN := $(BUILD)/proxy_client_broken
 PROXY_CLIENTS := $(PROXY_CLIENT_BIN) $(PROXY_CLIENT_BROKEN)
@@ -121,8 +125,8 @@ deps: ## install the Debian packages that are missing (scripts/install-deps.sh)
 venv: $(VENV)/.installed ## the .venv with dbwrap_py installed editable
 
 $(VENV)/.installed: setup.py pyproject.toml tests/requirements.txt $(wildcard adapters/tdb/_tdb*.[ch]) \
-                   $(wildcard python/dbwrap_py/nodecache/_*.[ch]) \
-                   python/dbwrap_py/_records.c c_bridge/native_records.h c_bridge/records_api.h | deps
+                   $(wildcard python/dbwrap_py/nodecache/_*.c) python/dbwrap_py/_records.c \
+                   $(CORE_HDR) $(CORE_SRC) | deps
 	@test -x $(VPY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VPY) -m pip install -q --no-build-isolation -e '.[cassandra,fdb]'
 	$(VPY) -m pip install -q -r tests/requirements.txt
@@ -161,16 +165,16 @@ samba-abi-offsets: $(SAMBA_STAMP) ## the offsets samba_abi.h declares (compare: 
 	@$(CC) $(CFLAGS) -Ic_bridge -o $(BUILD)/samba_abi_offsets tests/abi/samba_abi_offsets.c
 	@$(BUILD)/samba_abi_offsets
 
-$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | $(DEPS)
+$(BRIDGE_LIB): $(BRIDGE_SRC) $(BRIDGE_HDR) $(SAMBA_STAMP) | $(DEPS)
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Ic_bridge -I$(NODECACHE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
+	$(CC) $(CFLAGS) $(LDFLAGS) -Ic_bridge -I$(CORE) -shared -Wl,-soname,libdbwrap_py.so -o $@ \
 		$(BRIDGE_SRC) $(SAMBA_LIBS) -lz -ldl -lpthread
 
 # No rpath: only libdbwrap_py.so loads it, so that is in the process already,
 # found by its soname however it was loaded
 # (and ld.so's $$ORIGIN expansion in dlopen trips valgrind's memcheck).
 $(INPROC_LIB): $(INPROC_SRC) $(BRIDGE_HDR) $(BRIDGE_LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) $(PY_CFLAGS) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' $(INSTALLED_CFLAGS) -shared \
+	$(CC) $(CFLAGS) $(LDFLAGS) $(PY_CFLAGS) -I$(CORE) -DDBWRAP_PY_PYTHON='"$(PYTHON)"' $(INSTALLED_CFLAGS) -shared \
 		-o $@ $(INPROC_SRC) -L$(BUILD) -ldbwrap_py $(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-ldl -lpthread
 
@@ -207,19 +211,19 @@ $(TEST_BIN): $(TEST_SRC) tests/c/harness.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_
 # HELLO advertises (DBWRAP_PY_BROKEN_MAX_MESSAGE): the fuzzer's broken example.
 SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # $(1): the driver, $(2): more flags
-link_proxy_client = $(CC) $(CFLAGS) $(SANITIZE) $(2) -Ic_bridge -I$(NODECACHE) -o $(1) \
+link_proxy_client = $(CC) $(CFLAGS) $(SANITIZE) $(2) -Ic_bridge -I$(CORE) -o $(1) \
 	$(PROXY_CLIENT_SRC) -l:libsamba-errors.so.1 $(SAMBA_LIBS) -lz -ldl -lpthread \
 	-Wl,-rpath,$(SAMBA_LIBDIR)
 
-$(PROXY_CLIENT_BIN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+$(PROXY_CLIENT_BIN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(SAMBA_STAMP) | deps
 	$(call link_proxy_client,$@,)
 
-$(PROXY_CLIENT_BROKEN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(NODECACHE_HDR) $(SAMBA_STAMP) | deps
+$(PROXY_CLIENT_BROKEN): $(PROXY_CLIENT_SRC) $(BRIDGE_HDR) $(SAMBA_STAMP) | deps
 	$(call link_proxy_client,$@,-DDBWRAP_PY_BROKEN_MAX_MESSAGE)
 
 # The conformance suite's driver: every check through Samba's dbwrap front end.
-CHECK_SRC := $(wildcard conformance/*.c)
-$(CHECK_BIN): $(CHECK_SRC) conformance/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
+CHECK_SRC := $(wildcard conformance/checks/*.c)
+$(CHECK_BIN): $(CHECK_SRC) conformance/checks/check.h $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) -Ic_bridge -o $@ $(CHECK_SRC) \
 		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		-l:libsamba-errors.so.1 $(SAMBA_LIBS) \
@@ -386,11 +390,11 @@ test-conformance-tdb: all ## the conformance tables for tdb and memory (no serve
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 
-test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest tests/conformance
+test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest conformance/tests
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o transport=proxy -o node_cache=yes
-	$(VPY) -m pytest -q tests/conformance
+	$(VPY) -m pytest -q conformance/tests
 
 test-conformance-etcd: all ## conformance on a throwaway etcd, without and with the node cache
 	$(VPY) -m dbwrap_py.cli check etcd -o lease_ttl=2 --variant node_cache=yes

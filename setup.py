@@ -3,10 +3,19 @@
 The package lives in python/dbwrap_py; the adapters in the top-level adapters/
 folder (a package each, or a module for the one-file ones) are installed as
 dbwrap_py.adapters, so that a short name such as "tdb" resolves to
-dbwrap_py.adapters.tdb.
+dbwrap_py.adapters.tdb. The conformance suite's Python side (the top-level
+conformance/: its runner, report, pytest plugin and broken examples) is
+installed as dbwrap_py.conformance; its C checks (conformance/checks/), the
+linearizability checker and its tests are not Python packages, so they stay
+out.
 """
 
 from setuptools import Extension, find_packages, setup
+
+# the C core the extensions and the bridge (c_bridge/) both include, and
+# which includes from neither: native_records.h, records_api.h, tdb_api.h,
+# the node cache's rules (nodecache_core.[ch], nodecache_layout.h)
+CORE = "c_core"
 
 # the tdb adapter's one way into libtdb: TdbFile (one open tdb) and
 # TdbRecords (the adapter's record operations, some twenty per SMB2 open
@@ -15,8 +24,8 @@ tdb = Extension(
     "dbwrap_py.adapters.tdb._tdb",
     sources=["adapters/tdb/_tdb.c", "adapters/tdb/_tdb_file.c", "adapters/tdb/_tdb_record_methods.c",
              "adapters/tdb/_tdb_native.c"],
-    include_dirs=["c_bridge"],  # native_records.h: the bridge's C interface
-    depends=["adapters/tdb/_tdb.h", "c_bridge/native_records.h"],
+    include_dirs=[CORE],  # native_records.h (the bridge's C interface), tdb_api.h
+    depends=["adapters/tdb/_tdb.h", f"{CORE}/native_records.h", f"{CORE}/tdb_api.h"],
     libraries=["tdb", "talloc"],
 )
 
@@ -24,19 +33,19 @@ tdb = Extension(
 records = Extension(
     "dbwrap_py._records",
     sources=["python/dbwrap_py/_records.c"],
-    include_dirs=["c_bridge"],  # records_api.h: the bridge's side of it
-    depends=["c_bridge/records_api.h"],
+    include_dirs=[CORE],  # records_api.h: the bridge's side of it
+    depends=[f"{CORE}/records_api.h"],
 )
 
-# the node cache's records in C: its local rules (_core.c, without Python,
-# linked into libdbwrap_py.so too), and the bridge's hot path for owned
-# records (native records, without the GIL)
+# the node cache's records in C: its local rules (c_core/nodecache_core.c,
+# without Python, linked into libdbwrap_py.so too), and the bridge's hot
+# path for owned records (native records, without the GIL)
 nodecache_fastpath = Extension(
     "dbwrap_py.nodecache._fastpath",
-    sources=["python/dbwrap_py/nodecache/_fastpath.c", "python/dbwrap_py/nodecache/_core.c"],
-    include_dirs=["c_bridge", "adapters/tdb"],  # native_records.h; _tdb_api.h
-    depends=["c_bridge/native_records.h", "adapters/tdb/_tdb_api.h",
-             "python/dbwrap_py/nodecache/_core.h", "python/dbwrap_py/nodecache/_layout.h"],
+    sources=["python/dbwrap_py/nodecache/_fastpath.c", f"{CORE}/nodecache_core.c"],
+    include_dirs=[CORE],
+    depends=[f"{CORE}/{name}" for name in ("native_records.h", "tdb_api.h", "nodecache_core.h",
+                                             "nodecache_layout.h")],
     libraries=["tdb", "talloc", "z"],
 )
 
@@ -45,10 +54,14 @@ setup(
     version="0.1.0",
     description="Samba dbwrap backends written in Python",
     python_requires=">=3.11",
-    # every package under python/ (a new one cannot be left out of `make deb`)
+    # every package under python/, adapters/ and conformance/ (a new one
+    # cannot be left out of `make deb`)
     packages=[*find_packages("python"), "dbwrap_py.adapters",
-              *(f"dbwrap_py.adapters.{name}" for name in find_packages("adapters"))],
-    package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters"},
+              *(f"dbwrap_py.adapters.{name}" for name in find_packages("adapters")),
+              "dbwrap_py.conformance",
+              *(f"dbwrap_py.conformance.{name}" for name in find_packages("conformance", exclude=["tests*"]))],
+    package_dir={"dbwrap_py": "python/dbwrap_py", "dbwrap_py.adapters": "adapters",
+                 "dbwrap_py.conformance": "conformance"},
     ext_modules=[records, tdb, nodecache_fastpath],
     # an adapter's client library, where it is not Debian's (rados): one
     # extra each, since scylla-driver and cassandra-driver install the same

@@ -1,7 +1,7 @@
 /*
  * A node cache's local files, opened by this process itself: the records'
  * and the buckets' tdb files and the node agent's state file, with the
- * node cache's rules over them (python/dbwrap_py/nodecache/_core.h). The
+ * node cache's rules over them (c_core/nodecache_core.h). The
  * proxy transport's fast path works on them; the node daemon tells where
  * they are (NODE_CACHE).
  *
@@ -18,7 +18,7 @@
 #define DBWRAP_PY_NODECACHE_FILES_H
 
 #include "samba_abi.h"
-#include "_core.h"
+#include "nodecache_core.h"
 
 /* What the daemon says of a database's node cache. */
 struct nodecache_where {

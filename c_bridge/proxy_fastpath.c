@@ -5,7 +5,7 @@
  *
  * The node daemon names the node cache's local files (NODE_CACHE); this
  * process opens them itself (nodecache_files.c) and runs the node cache's
- * rules (nodecache/_core.c) on them: a record the node owns is read,
+ * rules (c_core/nodecache_core.c) on them: a record the node owns is read,
  * locked and written here, under its tdb chainlock, with no round trip.
  * Only a record the node does not own goes to the daemon: MOVE_IN, with
  * the chainlock let go first, since the daemon writes the record under it

@@ -8,7 +8,7 @@
  */
 
 #include "_tdb.h"
-#include "_tdb_api.h"
+#include "tdb_api.h"
 
 /* cls.ntstatus as a code; false with an exception set if it has none. */
 static bool ntstatus_of(PyObject *cls, uint32_t *status)

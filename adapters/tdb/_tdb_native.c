@@ -1,5 +1,5 @@
 /*
- * The record operations for the bridge (c_bridge/native_records.h), which
+ * The record operations for the bridge (c_core/native_records.h), which
  * calls them without the GIL and without a Python call. The capsule's
  * handle is the adapter itself, so an adapter that is closed answers with
  * its "closed" status while other opens of the same file go on.

@@ -227,7 +227,7 @@ class TdbAdapter(TdbRecords, Adapter):
     @property
     def native_records(self) -> object | None:
         """The record operations for the bridge's hot path, without the GIL
-        (a capsule, c_bridge/native_records.h); None with native_records=no."""
+        (a capsule, c_core/native_records.h); None with native_records=no."""
         return self.native_capsule() if self._native else None
 
     def _file(self) -> TdbFile:

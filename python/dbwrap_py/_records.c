@@ -12,7 +12,7 @@
  *   - the adapter's declared max_value_size (InvalidParameter).
  *
  * dbwrap_py.database.Database calls these methods from Python; the C bridge
- * calls the same functions through the `api` capsule (c_bridge/records_api.h)
+ * calls the same functions through the `api` capsule (c_core/records_api.h)
  * on every hot record call of an adapter without native records. Neither
  * side keeps a copy of these rules.
  */

@@ -63,7 +63,7 @@ class Database:
         self.spec = adapter.spec
         #: what the adapter declares for the options it was opened with
         self.capabilities = type(adapter).declared_capabilities(adapter.options)
-        #: the record rules; the C bridge calls them too (c_bridge/records_api.h)
+        #: the record rules; the C bridge calls them too (c_core/records_api.h)
         self.records = Records(adapter, self.capabilities.max_value_size or 0)
         self._txn_depth = 0
         self._txn_doomed = False

@@ -2,7 +2,8 @@
  * Samba 4.25's per-record persistence (DBWRAP_FLAG_PER_REC_PERSISTENT) on
  * the tdb adapter writes native 4.25 files: the volatile tdb's header on
  * each value and its <name>_persistent.tdb. The rules themselves are the
- * conformance suite's (conformance/checks_persistence.c), on every adapter.
+ * conformance suite's (conformance/checks/checks_persistence.c), on every
+ * adapter.
  */
 
 #include "harness.h"

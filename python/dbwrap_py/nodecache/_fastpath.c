@@ -2,17 +2,17 @@
  * dbwrap_py.nodecache._fastpath: the node cache's records for Python and
  * the in-process bridge.
  *
- * The rules are the core's (_core.c, no Python): this module converts
- * arguments, calls the core, and makes the Python calls the core leaves to
- * its caller.
+ * The rules are the core's (c_core/nodecache_core.c, no Python): this
+ * module converts arguments, calls the core, and makes the Python calls the
+ * core leaves to its caller.
  *
- * State(cache_dir) reads the node agent's state file (_layout.h): the live
- * node lease, and the wanted table.
+ * State(cache_dir) reads the node agent's state file
+ * (c_core/nodecache_layout.h): the live node lease, and the wanted table.
  *
  * LocalRecords(records, buckets, state, db_id, op_timeout) is one
  * database's local tdb files (two tdb adapters) with the rules. Python
  * (cache.py) calls its methods; the bridge calls the same functions as
- * native records (c_bridge/native_records.h), without the GIL. Only a
+ * native records (c_core/native_records.h), without the GIL. Only a
  * record the node must move in, or hand over, goes to Python: the `miss`
  * and `handover` callbacks, called with the GIL taken.
  */
@@ -20,8 +20,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "_core.h"
-#include "_tdb_api.h"
+#include "nodecache_core.h"
+#include "tdb_api.h"
 
 static const struct dbwrap_py_tdb_api *tdb_api;
 static PyObject *fenced_out;   /* dbwrap_py.errors.FencedOut */

@@ -12,7 +12,8 @@ directory, named by the adapter's database id:
   claimed it (a key of the node's bucket that is neither there nor in the
   local records does not exist: a new record needs no round trip).
 
-The C rules read the same layout (_layout.h, read by _core.c).
+The C rules read the same layout (c_core/nodecache_layout.h, read by
+c_core/nodecache_core.c).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The node agent's state, shared with every process of the node through mmap.
 
 The file ``<node_cache_dir>/node.state`` holds, at fixed offsets (the C
-reader, ``_fastpath.State``, has the same layout in ``_layout.h``; this
-module writes it):
+reader, ``_fastpath.State``, has the same layout in
+``c_core/nodecache_layout.h``; this module writes it):
 
 * a header: magic, a sequence counter (odd while the agent writes), the
   agent's pid, the node lease, until when the lease is surely alive on
@@ -61,9 +61,10 @@ def _probe(h: int) -> list[int]:
     return [(start + i) % WANTED_SLOTS for i in range(PROBES)]
 
 
-#: a process's view of the agent's state: the C reader (_core.c), which
-#: the fast path uses too. current() -> (lease, node name) to take new records
-#: under, else (0, b""); lease() -> the node lease while surely alive;
+#: a process's view of the agent's state: the C reader
+#: (c_core/nodecache_core.c), which the fast path uses too. current() ->
+#: (lease, node name) to take new records under, else (0, b""); lease() ->
+#: the node lease while surely alive;
 #: configured(); node_name(); agent_pid(); wanted(db_id, key); close().
 NodeState = _fastpath.State
 

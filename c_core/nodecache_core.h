@@ -1,9 +1,9 @@
 /*
  * The node cache's local rules, without Python: the node agent's state file
- * (_layout.h), and what the node owns of one database's local tdb files.
- * The extension (_fastpath.c) wraps them for cache.py and the in-process
- * bridge; libdbwrap_py.so links them too, for a proxy-mode smbd, which
- * loads no libpython.
+ * (nodecache_layout.h), and what the node owns of one database's local tdb
+ * files. The extension (python/dbwrap_py/nodecache/_fastpath.c) wraps them
+ * for cache.py and the in-process bridge; libdbwrap_py.so (c_bridge/) links
+ * them too, for a proxy-mode smbd, which loads no libpython.
  *
  * The tdb files are the caller's: the core reads them through slots the
  * caller keeps (NULL once it closed them). A failure is an NTSTATUS with a
@@ -20,7 +20,7 @@
 #include <sys/types.h>
 #include <tdb.h>
 
-#include "_layout.h"
+#include "nodecache_layout.h"
 #include "native_records.h"
 
 /* not exported from libdbwrap_py.so: the core is no ABI */

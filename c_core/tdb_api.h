@@ -1,12 +1,12 @@
 /*
- * What other C extensions may ask of dbwrap_py.adapters.tdb._tdb, through its
- * `api` capsule: the node cache's fast path (python/dbwrap_py/nodecache/
- * _fastpath.c) works on local tdb files the tdb adapter opened, shared
- * with its Python side.
+ * What other C extensions may ask of dbwrap_py.adapters.tdb._tdb
+ * (adapters/tdb/_tdb.c), through its `api` capsule: the node cache's fast
+ * path (python/dbwrap_py/nodecache/_fastpath.c) works on local tdb files
+ * the tdb adapter opened, shared with its Python side.
  */
 
-#ifndef DBWRAP_PY_ADAPTERS_TDB_API_H
-#define DBWRAP_PY_ADAPTERS_TDB_API_H
+#ifndef DBWRAP_PY_TDB_API_H
+#define DBWRAP_PY_TDB_API_H
 
 #include <Python.h>
 #include <tdb.h>
@@ -25,4 +25,4 @@ struct dbwrap_py_tdb_api {
 	struct tdb_context *const *(*context_slot)(PyObject *records);
 };
 
-#endif /* DBWRAP_PY_ADAPTERS_TDB_API_H */
+#endif /* DBWRAP_PY_TDB_API_H */

@@ -1,6 +1,6 @@
 /*
- * The node cache's local rules in C without Python (_core.h): one owner for
- * the extension and the bridge alike.
+ * The node cache's local rules in C without Python (nodecache_core.h): one
+ * owner for the extension and the bridge alike.
  *
  * The rules, for one database's local tdb files:
  *   - a local record is the node's while its lease is the live one, its
@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "_core.h"
+#include "nodecache_core.h"
 
 #define RECHECK_SECONDS 0.5
 

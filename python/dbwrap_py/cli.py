@@ -598,9 +598,11 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     unknown = sorted(set(local) - set(VOLATILE_DATABASES))
     if unknown:
         raise ConfigError(f"--node-local: {', '.join(unknown)} is not one of smbd's volatile databases")
-    configs = cluster.configurations(args.adapters, args.option, local)
+    network = cluster.network_settings(args.network)
+    configs = cluster.configurations(args.adapters, args.option, local, args.network)
     print(f"{cluster.NODES}-node Samba cluster, path-contention-shared over every node, "
-          f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
+          + (f"network {args.network}, " if args.network else "")
+          + f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
           + ", ".join(c.label for c in configs) + f"\n{cluster.note()}")
     if args.adapters.strip() in ("", "auto", "all"):
         print("not in auto: " + "; ".join(f"{name} ({why})" for name, why in cluster.left_out().items()))
@@ -621,7 +623,7 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     rows = cluster.summary(results)
     print("\n" + "\n".join(cluster.report_lines(rows, results)))
     settings = {"nodes": cluster.NODES, "nprocs": nprocs, "seconds_per_point": args.time,
-                "rounds": args.rounds, "elapsed_seconds": round(elapsed)}
+                "rounds": args.rounds, "elapsed_seconds": round(elapsed), **network}
     files = cluster.write_results(Path(args.json), results, rows, configs, settings)
     print(f"took {elapsed / 60:.1f} min; results: " + ", ".join(map(str, files)))
     return 130 if results.interrupted else 0
@@ -943,6 +945,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("--node-local", default="smbXsrv_open_global.tdb", metavar="DB,DB",
                                help="volatile databases each node keeps to itself, on every line, ctdb's "
                                     "too (ctdb:DB = no; default as in the seed talks; '' for none)")
+    bench_cluster.add_argument("--network", metavar="PROFILE",
+                               help="every node in a network namespace of its own, each site's packets "
+                                    "delayed by tc netem: lan, region, wan, or local (no delay); "
+                                    "docs/benchmarks.md says what is delayed")
     bench_cluster.add_argument("--json", default="results/bench-cluster.json",
                                help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     bench_cluster.set_defaults(fn=_cmd_bench_cluster)

@@ -48,6 +48,25 @@ def test_options_reach_their_adapter_and_a_cache_option_makes_one_configuration(
     assert len(configurations("etcd,etcd+cache", ["etcd:node_cache=yes"])) == 2
 
 
+def test_a_network_profile_reaches_every_configuration_and_an_unknown_one_is_refused(monkeypatch):
+    from dbwrap_py.cluster.netem import PROFILES
+    from dbwrap_py.errors import ConfigError
+
+    configs = configurations("etcd,etcd+cache", [], network="region")
+    assert [c.setup().network for c in configs] == ["region"] * 3  # ctdb too
+    assert all(c.describe()["network"] == "region" for c in configs)
+    assert all(c.setup().network is None for c in configurations("etcd", []))
+    with pytest.raises(ConfigError, match="unknown network profile 'moon'; known profiles: local") as refused:
+        cluster.network_settings("moon")
+    assert all(name in str(refused.value) for name in PROFILES)
+    monkeypatch.setattr(cluster, "netem_missing", lambda: "no sch_netem")
+    with pytest.raises(ConfigError, match="--network lan: netem cannot delay packets here: no sch_netem"):
+        cluster.network_settings("lan")
+    # no delay asks nothing of netem
+    assert cluster.network_settings("local")["network"]["one_way_delay_ms"] == 0
+    assert cluster.network_settings(None) == {}
+
+
 def test_fdb_runs_on_the_model_unless_told_otherwise():
     (_, fdb) = configurations("fdb", [])
     assert fdb.options["fdb_library"] == "model"

@@ -39,8 +39,10 @@ from dbwrap_py.bench.smb import Point, grid_lines, measure_with, ratio_text, swe
     write_csv
 from dbwrap_py.bench.targets import display_name, landed_adapters, split_options
 from dbwrap_py.cluster.ctdb import CtdbError
+from dbwrap_py.cluster.netem import NetemError, netem_missing, profile_named
+from dbwrap_py.cluster.netns import NetnsError
 from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterError, ClusterSetup, SambaCluster
-from dbwrap_py.errors import DbwrapError
+from dbwrap_py.errors import ConfigError, DbwrapError
 from dbwrap_py.nodecache.adapter import node_cache_mode, supports_node_cache
 from dbwrap_py.nodecache.cache import WRITE_BACK
 from dbwrap_py.options import Options, shown_value
@@ -74,7 +76,8 @@ NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unc
         "{cpus} CPU cores over loopback, so absolute numbers mean little; compare each line with "
         "ctdb, measured in the same run (log scale: equal gaps are equal ratios).")
 
-_START_ERRORS = (ClusterError, CtdbError, SambaError, ServerError, DbwrapError, OSError)
+_START_ERRORS = (ClusterError, CtdbError, NetnsError, NetemError, SambaError, ServerError, DbwrapError,
+                 OSError)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class Configuration:
     adapter: str | None  # None: ctdb keeps them all (the reference)
     options: Mapping[str, str] = field(default_factory=dict)
     node_local: Sequence[str] = NODE_LOCAL_OPENS
+    #: a network profile (ClusterSetup.network); None: loopback addresses, no delay
+    network: str | None = None
 
     @property
     def label(self) -> str:
@@ -97,16 +102,19 @@ class Configuration:
 
     def setup(self) -> ClusterSetup:
         if self.adapter is None:  # node-local opens here too: the same work on every line
-            return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local))
+            return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local), network=self.network)
         return ClusterSetup(nodes=NODES, adapter=self.adapter, databases=LOCKING_DATABASES,
                             adapter_options=dict(self.options), node_local=tuple(self.node_local),
+                            network=self.network,
                             agent_metrics=node_cache_mode(Options(dict(self.options))) is not None)
 
     def describe(self) -> dict:
+        network = {"network": self.network} if self.network else {}
         if self.adapter is None:
-            return {"label": self.label, "volatile databases": "ctdb", "node_local": list(self.node_local)}
+            return {"label": self.label, "volatile databases": "ctdb", "node_local": list(self.node_local),
+                    **network}
         return {"label": self.label, "adapter": self.adapter, "options": {k: shown_value(k, v) for k, v in self.options.items()},
-                "databases": list(LOCKING_DATABASES), "node_local": list(self.node_local)}
+                "databases": list(LOCKING_DATABASES), "node_local": list(self.node_local), **network}
 
 
 # -- which configurations ----------------------------------------------------
@@ -155,20 +163,21 @@ def parse_names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip() and n.strip() != CTDB]
 
 
-def configurations(text: str, pairs: Sequence[str],
-                   node_local: Sequence[str] = NODE_LOCAL_OPENS) -> list[Configuration]:
+def configurations(text: str, pairs: Sequence[str], node_local: Sequence[str] = NODE_LOCAL_OPENS,
+                   network: str | None = None) -> list[Configuration]:
     """ctdb first, then each named adapter with its options (``-o K=V`` for
-    all, ``-o ADAPTER:K=V`` for one); repeats (by label) dropped."""
+    all, ``-o ADAPTER:K=V`` for one); repeats (by label) dropped. Every
+    one runs on ``network`` (a profile's name)."""
     names = parse_names(text)
     bases = list(dict.fromkeys(name.removesuffix(CACHE_SUFFIX) for name in names))
     given = split_options(pairs, bases)
-    chosen = {CTDB: Configuration(None, node_local=tuple(node_local))}
+    chosen = {CTDB: Configuration(None, node_local=tuple(node_local), network=network)}
     for name in names:
         base = name.removesuffix(CACHE_SUFFIX)
         options = {**ADAPTER_DEFAULTS.get(base, {}), **given[base]}
         if name.endswith(CACHE_SUFFIX):
             options.setdefault("node_cache", "yes")
-        config = Configuration(base, options, tuple(node_local))
+        config = Configuration(base, options, tuple(node_local), network)
         chosen.setdefault(config.label, config)
     return list(chosen.values())
 
@@ -177,6 +186,24 @@ def round_order(configs: Sequence[Configuration], round_index: int) -> list[Conf
     """As given in even rounds, reversed in odd ones: a drift during a round
     then weighs on the first and the last configurations alike."""
     return list(configs) if round_index % 2 == 0 else list(reversed(configs))
+
+
+def network_settings(name: str | None) -> dict[str, object]:
+    """``--network``: the profile's settings for the results, refused with
+    the known profiles when unknown, or when netem cannot delay here."""
+    if name is None:
+        return {}
+    try:
+        profile = profile_named(name)
+    except NetemError as exc:
+        raise ConfigError(f"--network: {exc}") from exc
+    missing = netem_missing() if profile.netem_args() else ""
+    if missing:
+        raise ConfigError(f"--network {name}: netem cannot delay packets here: {missing}")
+    return {"network": {"profile": profile.name, "one_way_delay_ms": profile.delay_ms,
+                        "jitter_ms": profile.jitter_ms, "about": profile.about,
+                        "delayed": "every packet a node or this host's namespace (backend server, "
+                                   "smbtorture) sends to another of them"}}
 
 
 # -- the run -------------------------------------------------------------------

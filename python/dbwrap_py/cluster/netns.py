@@ -21,6 +21,12 @@ and /run/netns (its mount, the folder) when this network was the one that
 made it.
 Processes run inside a namespace with ``ip netns exec``, which execs the
 command: the PID the caller gets is the process's own.
+
+With a network profile (netem.py), every node's ``pub0`` and the bridge
+delay what they send: what a node sends to another node or to the
+caller's namespace (the backend's server, smbtorture) leaves by its
+``pub0``, what the caller's namespace sends to a node leaves by the
+bridge. The qdiscs go with their devices at stop().
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbwrap_py.cluster.netem import NetworkProfile, delay_egress
 from dbwrap_py.servers import StartStop
 
 IP = "ip"
@@ -87,6 +94,8 @@ class NetnsNetwork(StartStop):
     #: names start with it (interface names are at most 15 characters)
     tag: str = field(default_factory=lambda: f"dbw{os.getpid() % 0x10000:04x}")
     subnet: str = ""
+    #: how far apart the nodes and the caller's namespace are; None: no delay
+    profile: NetworkProfile | None = None
     members: list[NodeNetwork] = field(default_factory=list)
     _made_netns_dir_mount: bool = False
     _made_netns_dir: bool = False
@@ -144,6 +153,14 @@ class NetnsNetwork(StartStop):
             _ip(*inside, "addr", "add", f"{member.address}/{self.prefix_length}", "dev", NODE_INTERFACE)
             _ip(*inside, "link", "set", NODE_INTERFACE, "up")
             self.members.append(member)
+        if self.profile is not None:
+            for prefix, device in self.senders():
+                delay_egress(prefix, device, self.profile)
+
+    def senders(self) -> list[tuple[list[str], str]]:
+        """Each site's sending device, with what runs tc in its namespace:
+        every node's ``pub0``, and the bridge for the caller's namespace."""
+        return [(member.exec_prefix(), NODE_INTERFACE) for member in self.members] + [([], self.bridge)]
 
     def stop(self) -> None:
         """Remove what start() made, newest first; raise when any of it is

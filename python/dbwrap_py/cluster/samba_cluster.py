@@ -17,9 +17,12 @@ The volatile databases come from one of three places:
 
 With ``public_address``, each node's ctdbd and smbd run in a network
 namespace of their own (netns.py) and ctdb moves a public address between
-the nodes; smbd listens on port 445 of every address of its namespace, so
-the node that hosts the public address serves it. ``torture_node_control``
-adds what smbtorture's failover suites drive the cluster with (below).
+the nodes; so do the node agents, which reach the backend's server across
+the bridge as smbd does. smbd listens on port 445 of every address of its
+namespace, so the node that hosts the public address serves it. With
+``network``, a profile (netem.py) also delays what each node and the
+caller's namespace (the backend's server, smbtorture) send.
+``torture_node_control`` adds what smbtorture's failover suites drive the cluster with (below).
 
 Everything is stopped by PID: smbd and ctdbd by their process groups, the
 node agents and the backend's throwaway server by their own; the network,
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbwrap_py.cluster.ctdb import CtdbCluster, CtdbNode
+from dbwrap_py.cluster.netem import NetemError, profile_named
 from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
 from dbwrap_py.cluster.processes import cpu_seconds, in_sessions, session_leading_children
 from dbwrap_py.cluster.replicas import BackendReplicas
@@ -100,12 +104,16 @@ class ClusterSetup:
     #: every node in a network namespace of its own, and a public address
     #: that ctdb moves to another node when its node stops (IP takeover)
     public_address: bool = False
+    #: a network profile's name (netem.py: lan, region, wan, local): the
+    #: nodes in namespaces of their own as with ``public_address``, each
+    #: site's packets delayed by the profile. None: no delay
+    network: str | None = None
     #: smbtorture's node control (its failover suites): smbd's torture
     #: FSCTLs, of which STOP/START_CTDB_NODE run ``ctdb stop``/``ctdb
     #: continue`` on the node they name, and its suicide packet
     torture_node_control: bool = False
     #: with node_cache, the node agents serve Prometheus metrics (on a free
-    #: port of 127.0.0.1 each; agent_counters sums them): the benchmarks' view
+    #: port of their node's address each; agent_counters sums them): the benchmarks' view
     agent_metrics: bool = False
     log_level: int = 1
 
@@ -163,7 +171,7 @@ class SambaCluster(StartStop):
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_cluster."))
         self.share_path = self.root / SHARE
-        self.network = NetnsNetwork(self.setup.nodes) if self.setup.public_address else None
+        self.network = self._network()
         self.ctdb = CtdbCluster(self.root, self.setup.nodes, network=self.network)
         self.sambas: list[ThrowawaySamba] = []
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
@@ -294,6 +302,16 @@ class SambaCluster(StartStop):
 
     # -- pieces ---------------------------------------------------------------
 
+    def _network(self) -> NetnsNetwork | None:
+        """The nodes' namespaces, with ``public_address`` or a ``network`` profile."""
+        if self.setup.network is None:
+            return NetnsNetwork(self.setup.nodes) if self.setup.public_address else None
+        try:
+            profile = profile_named(self.setup.network)
+        except NetemError as exc:
+            raise ClusterError(f"ClusterSetup.network: {exc}") from exc
+        return NetnsNetwork(self.setup.nodes, profile=profile)
+
     @contextlib.contextmanager
     def _backend(self) -> Iterator[dict[str, str]]:
         """The adapter's options with its throwaway server's endpoint (unless
@@ -321,9 +339,16 @@ class SambaCluster(StartStop):
                     agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
                                              node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl,
                                              start_timeout=AGENT_START_TIMEOUT,
-                                             metrics_port="0" if self.setup.agent_metrics else None)
+                                             command_prefix=node.network.exec_prefix() if node.network else (),
+                                             metrics_port=self._agent_metrics_port(node))
                     self.agents.append(stack.enter_context(agent))
             yield reach
+
+    def _agent_metrics_port(self, node: CtdbNode) -> str | None:
+        """The agent's --metrics-port with ClusterSetup.agent_metrics: a free
+        port on the node's address, which the caller's namespace reaches
+        (127.0.0.x here; across the bridge from a node's namespace)."""
+        return f"{node.address}:0" if self.setup.agent_metrics else None
 
     def _samba_setup(self, node: CtdbNode, port: int) -> SambaSetup:
         persistent = self.setup.persistent_handles

@@ -400,8 +400,10 @@ class NodeAgentProcess:
 
     def __init__(self, adapter: str, options: Mapping[str, str], cache_dir: str | Path | None = None,
                  node: str = "node0", ttl: float | None = None, start_timeout: float = 15.0,
-                 metrics_port: str | None = None) -> None:
+                 metrics_port: str | None = None, command_prefix: Sequence[str] = ()) -> None:
         self.adapter = adapter
+        #: what runs the agent elsewhere, and execs it (a node's namespace: ip netns exec)
+        self.command_prefix = list(command_prefix)
         #: seconds start() waits for the agent's first lease (a store just
         #: started, such as three Cassandra nodes making their schema, is slow)
         self.start_timeout = start_timeout
@@ -443,7 +445,7 @@ class NodeAgentProcess:
                 *(["--metrics-port", self.metrics_port] if self.metrics_port is not None else []),
                 "--options-file", str(self._write_options_file())]
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
+            self.process = subprocess.Popen(dying_with_parent([*self.command_prefix, *argv]), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)
         state = NodeState(self.cache_dir)
         timeout = self.start_timeout if timeout is None else timeout

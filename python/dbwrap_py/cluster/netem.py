@@ -1,0 +1,118 @@
+"""Network profiles: how far apart a cluster's nodes are, as a delay tc
+netem adds to every packet a site sends (``tc qdisc ... netem delay``).
+
+A site is a node's namespace, or the caller's namespace, where the
+backend's throwaway server and smbtorture run (netns.py says which device
+each one sends on). Every site delays what it sends by the profile's
+one-way delay, so any two sites are that far apart one way and a round
+trip between them pays it twice: node to node (ctdb), node to the backend
+(smbd and the node agents), and smbtorture to smbd alike.
+
+The values are assumptions of typical round trips, not measurements:
+
+* ``lan``: 0.2 ms one way, 0.05 ms jitter: hosts in one data centre or
+  cloud zone, where round trips of 0.1 to 0.5 ms are usual.
+* ``region``: 1 ms one way, 0.2 ms jitter: nodes in different zones of
+  one cloud region; providers describe zones as a few milliseconds or
+  less apart round trip (Azure: under 2 ms).
+* ``wan``: 30 ms one way, 2 ms jitter: nodes in different regions of one
+  continent, some tens of milliseconds apart round trip.
+* ``local``: no delay: the namespaces and bridge alone, the baseline the
+  others are measured against.
+
+netem keeps packets in the order they are due, so a jitter larger than the
+gap between two packets reorders them; the jitters above are a quarter of
+the delay or less.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TC = "tc"
+
+
+class NetemError(RuntimeError):
+    """A profile is unknown, or its delay could not be set."""
+
+
+@dataclass(frozen=True)
+class NetworkProfile:
+    """The one-way delay between any two sites, and its jitter (ms)."""
+
+    name: str
+    delay_ms: float
+    jitter_ms: float = 0.0
+    about: str = ""
+
+    @property
+    def round_trip_ms(self) -> float:
+        """What a round trip between two sites pays on average."""
+        return 2 * self.delay_ms
+
+    @property
+    def least_round_trip_ms(self) -> float:
+        """The shortest round trip between two sites netem allows: each way
+        at least the delay less the jitter."""
+        return 2 * max(self.delay_ms - self.jitter_ms, 0.0)
+
+    def netem_args(self) -> list[str]:
+        """tc's qdisc arguments; none for no delay."""
+        if self.delay_ms <= 0:
+            return []
+        jitter = [f"{self.jitter_ms:g}ms"] if self.jitter_ms > 0 else []
+        return ["netem", "delay", f"{self.delay_ms:g}ms", *jitter]
+
+
+PROFILES: dict[str, NetworkProfile] = {p.name: p for p in (
+    NetworkProfile("local", 0.0, 0.0, "no delay: the namespaces and bridge alone"),
+    NetworkProfile("lan", 0.2, 0.05, "one data centre or cloud zone"),
+    NetworkProfile("region", 1.0, 0.2, "zones of one cloud region"),
+    NetworkProfile("wan", 30.0, 2.0, "regions of one continent"),
+)}
+
+
+def profile_named(name: str) -> NetworkProfile:
+    """The profile called ``name``; an unknown name is refused with the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(f"{p.name} ({p.delay_ms:g} ms one way: {p.about})" for p in PROFILES.values())
+        raise NetemError(f"unknown network profile {name!r}; known profiles: {known}") from None
+
+
+def delay_egress(exec_prefix: Sequence[str], device: str, profile: NetworkProfile) -> None:
+    """Delay every packet ``device`` sends by ``profile``; ``exec_prefix``
+    runs tc in the device's namespace (empty: the caller's). The qdisc goes
+    with the device."""
+    args = profile.netem_args()
+    if not args:
+        return
+    command = [*exec_prefix, TC, "qdisc", "add", "dev", device, "root", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        raise NetemError(f"network profile {profile.name}: {' '.join(command)} failed "
+                         f"({result.returncode}): {result.stderr.strip()}{_missing_hint(result.stderr)}")
+
+
+def _missing_hint(stderr: str) -> str:
+    if "unknown" in stderr.lower() and "qdisc" in stderr.lower():
+        return " (this kernel has no netem: sch_netem, CONFIG_NET_SCH_NETEM)"
+    return ""
+
+
+def netem_missing() -> str:
+    """Why netem cannot delay packets here, or '' when it can: a delay is set
+    on the loopback of a network namespace made for it (``unshare -n``),
+    which goes with the command. The kernel loads sch_netem when tc asks
+    for it, if it is a module."""
+    command = ["unshare", "-n", TC, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError as exc:
+        return f"{exc.filename} is not installed (tc is in iproute2, unshare in util-linux)"
+    if result.returncode == 0:
+        return ""
+    return f"{' '.join(command)} failed: {result.stderr.strip()}{_missing_hint(result.stderr)}"

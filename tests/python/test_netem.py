@@ -1,0 +1,167 @@
+"""Network profiles (cluster/netem.py): a profile's name is checked, and a
+NetnsNetwork with one puts its delay on every round trip between two node
+namespaces, or a node and the caller's namespace (the backend's server),
+measured with a TCP echo; stop() leaves
+nothing behind. The delay needs root and a kernel with netem: without
+netem those tests skip and say why."""
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from dbwrap_py.cluster import netem
+from dbwrap_py.cluster.netem import PROFILES, NetemError, NetworkProfile, delay_egress, profile_named
+from dbwrap_py.cluster.samba_cluster import ClusterError, ClusterSetup, SambaCluster
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+NETEM_MISSING = netem.netem_missing() if os.geteuid() == 0 else "network namespaces need root"
+needs_netem = pytest.mark.skipif(bool(NETEM_MISSING), reason=f"no netem delay here: {NETEM_MISSING}")
+
+#: the profile measured: tens of milliseconds, far above a round trip
+#: across the bridge without it, even on a loaded machine
+MEASURED = PROFILES["wan"]
+ROUND_TRIPS = 5
+
+ECHO_SERVER = """
+import socket, sys
+listener = socket.socket()
+listener.bind((sys.argv[1], 0))
+listener.listen(1)
+print(listener.getsockname()[1], flush=True)
+peer, _ = listener.accept()
+peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while byte := peer.recv(1):
+    peer.sendall(byte)
+"""
+
+ECHO_CLIENT = """
+import json, socket, sys, time
+peer = socket.create_connection((sys.argv[1], int(sys.argv[2])), 30)
+peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+times = []
+for _ in range(int(sys.argv[3])):
+    began = time.perf_counter()
+    peer.sendall(b"x")
+    assert peer.recv(1) == b"x"
+    times.append((time.perf_counter() - began) * 1000)
+print(json.dumps(times))
+"""
+
+
+def echo_round_trips_ms(network, client: int, server: int | None, count: int = ROUND_TRIPS) -> list[float]:
+    """``count`` round trips (ms) of one byte over one TCP connection from
+    node ``client``'s namespace to an echo in node ``server``'s (None: in
+    the caller's namespace, at the bridge, where the backend's server runs)."""
+    if server is None:
+        prefix, address = [], network.bridge_address
+    else:
+        prefix, address = network.members[server].exec_prefix(), network.members[server].address
+    echo = subprocess.Popen([*prefix, sys.executable, "-c", ECHO_SERVER, address],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = echo.stdout.readline().strip()
+        out = subprocess.run([*network.members[client].exec_prefix(), sys.executable, "-c", ECHO_CLIENT,
+                              address, port, str(count)],
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        return json.loads(out)
+    finally:
+        echo.kill()
+        echo.wait()
+
+
+def assert_pays_the_round_trip(times_ms: Sequence[float], profile: NetworkProfile) -> None:
+    assert min(times_ms) >= profile.least_round_trip_ms, (
+        f"round trips {times_ms} ms: some below the {profile.least_round_trip_ms:g} ms "
+        f"profile {profile.name} sets between two nodes")
+
+
+def qdiscs_of(tag: str) -> list[str]:
+    """The qdiscs of the caller's namespace on a device named from ``tag``."""
+    out = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if f"dev {tag}" in line]
+
+
+# -- no root needed ---------------------------------------------------------------
+
+
+def test_an_unknown_profile_is_refused_with_the_known_ones():
+    with pytest.raises(NetemError) as refused:
+        profile_named("moon")
+    assert "'moon'" in str(refused.value)
+    for name in PROFILES:
+        assert name in str(refused.value)
+    with pytest.raises(ClusterError, match="ClusterSetup.network: unknown network profile 'moon'"):
+        SambaCluster(ClusterSetup(network="moon"))
+
+
+def test_a_profile_puts_the_nodes_in_namespaces_of_their_own(tmp_path):
+    cluster = SambaCluster(ClusterSetup(network="region"), root=tmp_path)
+    assert cluster.network is not None and cluster.network.profile == PROFILES["region"]
+    assert SambaCluster(ClusterSetup(public_address=True), root=tmp_path).network.profile is None
+    assert SambaCluster(ClusterSetup(), root=tmp_path).network is None
+
+
+def test_netem_gets_the_delay_and_jitter_and_no_delay_sets_no_qdisc():
+    profile = NetworkProfile("test", 1.5, 0.25)
+    assert profile.netem_args() == ["netem", "delay", "1.5ms", "0.25ms"]
+    assert NetworkProfile("steady", 3.0).netem_args() == ["netem", "delay", "3ms"]
+    assert PROFILES["local"].netem_args() == []
+    assert profile.least_round_trip_ms == 2 * (1.5 - 0.25) < profile.round_trip_ms == 3.0
+
+
+# -- root -----------------------------------------------------------------------
+
+
+@needs_root
+def test_a_delay_that_cannot_be_set_is_refused_and_the_network_removed(monkeypatch):
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    monkeypatch.setattr(netem, "TC", "false")  # tc's stand-in: fails on every qdisc
+    network = NetnsNetwork(nodes=2, profile=MEASURED)
+    with pytest.raises(NetemError, match=f"network profile {MEASURED.name}: .*false qdisc add dev pub0"):
+        with network:
+            pass
+    assert network.leftovers() == []
+
+
+@needs_root
+@needs_netem
+def test_a_profile_delays_every_round_trip_between_two_sites():
+    from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
+
+    with NetnsNetwork(nodes=2) as plain:
+        without = sorted(echo_round_trips_ms(plain, 0, 1))
+    with NetnsNetwork(nodes=2, profile=MEASURED) as network:
+        # the bridge's here; pub0's are inside the namespaces
+        assert [line.split(" dev ")[1].split()[0] for line in qdiscs_of(network.tag)
+                if line.startswith("qdisc netem ")] == [network.bridge]
+        for member in network.members:
+            inside = subprocess.run([*member.exec_prefix(), "tc", "qdisc", "show", "dev", NODE_INTERFACE],
+                                    capture_output=True, text=True, check=True).stdout
+            assert inside.startswith("qdisc netem "), inside
+        assert_pays_the_round_trip(echo_round_trips_ms(network, 0, 1), MEASURED)
+        # and one to the caller's namespace, where the backend's server listens
+        assert_pays_the_round_trip(echo_round_trips_ms(network, 1, None), MEASURED)
+    # far below: the median without the profile is under a quarter of it
+    assert without[len(without) // 2] < MEASURED.least_round_trip_ms / 4, without
+    assert network.leftovers() == [] and plain.leftovers() == []
+    assert qdiscs_of(network.tag) == []
+
+
+@needs_root
+@needs_netem
+def test_a_profile_on_one_node_only_falls_short_of_the_round_trip():
+    """The broken example: only node 0 delays what it sends, so a round
+    trip to node 1 pays one way of the profile, and the check above fails."""
+    from dbwrap_py.cluster.netns import NODE_INTERFACE, NetnsNetwork
+
+    with NetnsNetwork(nodes=2) as network:
+        delay_egress(network.members[0].exec_prefix(), NODE_INTERFACE, MEASURED)
+        one_side = echo_round_trips_ms(network, 0, 1)
+        with pytest.raises(AssertionError, match="some below"):
+            assert_pays_the_round_trip(one_side, MEASURED)
+    assert network.leftovers() == []

@@ -12,7 +12,7 @@ connection, a lease granted on first need and a keepalive thread refreshing it.
 A session inherited through fork() is dropped unused, never closed.
 
 The leading underscore keeps the registry from listing this as an adapter;
-adapters/etcd/adapter.py is its only user.
+the etcd adapter's own modules are its only users.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ connection, a lease granted on first need and a keepalive thread refreshing it.
 A session inherited through fork() is dropped unused, never closed.
 
 The leading underscore keeps the registry from listing this as an adapter;
-adapters/etcd/adapter.py is its only user.
+the etcd adapter's own modules are its only users.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dbwrap_py.errors import (
@@ -732,6 +732,47 @@ class _Counter:
 
     def add(self) -> None:
         setattr(self.owner, self.name, getattr(self.owner, self.name) + 1)
+
+
+def _wait_deleted(transport: _Transport, key: bytes, start_revision: int, deadline: float,
+                  once_watching: Callable[[], None] | None = None) -> None:
+    """Return when ``key`` is deleted at or after ``start_revision``, or at
+    ``deadline`` (one watch stream; a watch that cannot open is a short poll).
+
+    ``once_watching`` runs when etcd has created the watch: what it
+    causes is then seen at once. (A watch created at a revision already
+    past is caught up by etcd's 100 ms sync loop instead.)
+    """
+    body = {"create_request": {"key": _b64(key), "start_revision": str(start_revision), "filters": ["NOPUT"]}}
+    try:
+        conn = transport.open_stream("/v3/watch", body, deadline)
+    except OSError:
+        if once_watching is not None:
+            once_watching()
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # poll instead
+        return
+    pending = b""
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            conn.settimeout(remaining)
+            chunk = conn.read_chunk()
+            if not chunk:
+                return
+            pending += chunk
+            while b"\n" in pending:  # one JSON object per line
+                line, pending = pending.split(b"\n", 1)
+                result = json.loads(line).get("result", {}) if line.strip() else {}
+                if result.get("events") or result.get("canceled"):
+                    return  # deleted (or compacted past start_revision): try again
+                if result.get("created") and once_watching is not None:
+                    once_watching()
+    except (OSError, ValueError):
+        return
+    finally:
+        conn.close()
 
 
 _sessions: dict[_Config, _Session] = {}

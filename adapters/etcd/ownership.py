@@ -97,6 +97,23 @@ class EtcdOwnership(Ownership):
         data = self.keys.data(key)
         return [delete_op(data) if value is None else put_op(data, value), put_op(self.keys.seq)]
 
+    def read(self, key: bytes) -> tuple[bytes | None, bool]:
+        """A process's read of ``key``: its value, and whether a node owns it
+        (its lock key names a node, or its bucket is claimed and the key not
+        detached); one transaction."""
+        k = self.keys
+        owned = [range_op(k.lock(key)), range_op(k.bucket(bucket_of(key))), range_op(k.detached(key))]
+        reply = self._txn({"compare": [compare_create(k.lock(key), 0), compare_create(k.bucket(bucket_of(key)), 0)],
+                           "success": [range_op(k.data(key))], "failure": [*owned, range_op(k.data(key))]})
+        responses = reply.get("responses", [])
+        value = first_value(responses[-1])
+        if reply.get("succeeded"):
+            return value, False
+        holder, claim, detached = (first_kv(responses[i]) for i in range(3))
+        if holder is not None:
+            return value, marker_node(_unb64(holder.get("value"))) is not None
+        return value, claim is not None and detached is None
+
     def take(self, key: bytes, node: bytes, lease: int) -> Taken:
         k = self.keys
         marker = node_marker(node, lease)

@@ -14,6 +14,9 @@ with its holder. An adapter for one subclasses LeasedAdapter, declares its
   lease released, in one step; ``KEEP`` only releases. False if ``token``
   no longer held it (nothing was written).
 
+A store whose refusal says why (etcd reads who holds the lock now) may raise
+FencedOut naming that cause instead of returning False.
+
 From these the framework builds ``lock``, ``lock_get`` (one round trip),
 ``unlock``, ``put``, ``put_unlock`` (one round trip) and ``remove``:
 
@@ -180,7 +183,8 @@ class LeasedAdapter(Adapter):
         """Between two tries for a held lock: sleep ``pause`` (it doubles, up
         to 50 ms). A store that can wake waiters when a lock goes (watches)
         overrides it; it must return within ``pause`` or a short poll, since
-        a dead holder's lock ends without a wake-up."""
+        a dead holder's lock ends without a wake-up, unless its store wakes
+        it then too (etcd deletes a lock key with its holder's lease)."""
         time.sleep(pause)
 
     def unlock(self, key: bytes) -> None:

@@ -19,7 +19,7 @@ The calls: a range (its keys and values decoded by ``_unb64``), a put, a
 txn, a lease grant (``_Session.lease``), a keepalive round
 (``_Session._refresh``), a log-in then a range (a user's first request),
 and a watch (``_Transport.open_stream`` and ``read_chunk``
-up to its deadline, as adapters/etcd/adapter.py's lock wait reads it).
+up to its deadline, as the lock wait's ``_wait_deleted`` in client.py reads it).
 
 It fails when a call
 
@@ -680,7 +680,7 @@ class _Calls:
         return self._dict(reply)
 
     def watch(self) -> str | None:
-        """As adapters/etcd/adapter.py's lock wait reads it: chunks up to the deadline."""
+        """As the lock wait (client.py's ``_wait_deleted``) reads it: chunks up to the deadline."""
         deadline = self._deadline()
         body = {"create_request": {"key": client._b64(b"k"), "start_revision": "13", "filters": ["NOPUT"]}}
         conn = self.session.transport.open_stream("/v3/watch", body, deadline)

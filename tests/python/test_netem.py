@@ -6,6 +6,7 @@ nothing behind. The delay needs root, and for each method what it uses:
 netem in the kernel, or nft's redirect for the TCP delay relay
 (cluster/tcp_delay.py); without it, those tests skip and say why."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -128,6 +129,47 @@ def test_the_relay_table_lets_its_own_connections_through_and_redirects_the_rest
     mark, redirect = script.index("meta mark 0xdb7c return"), script.index("redirect to :4242")
     assert f"table ip {TABLE} " in script and mark < redirect
     assert "ip daddr { 10.254.9.2, 10.254.9.254 } meta l4proto tcp redirect" in script
+
+
+class CollectingWriter:
+    """A StreamWriter's stand-in that keeps what it is given, and when."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[float, bytes]] = []
+        self.ended = False
+
+    def write(self, chunk: bytes) -> None:
+        self.chunks.append((asyncio.get_running_loop().time(), chunk))
+
+    async def drain(self) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.ended = True
+
+
+def test_the_relay_holds_every_byte_keeps_their_order_and_passes_the_end_on():
+    hold = Hold(5.0, 4.0)  # a jitter near the delay, larger than the gaps between the bytes
+
+    async def send() -> tuple[list[float], CollectingWriter]:
+        loop, reader, writer = asyncio.get_running_loop(), asyncio.StreamReader(), CollectingWriter()
+        forward = asyncio.create_task(tcp_delay._forward(reader, writer, hold))
+        sent = []
+        for byte in range(20):
+            sent.append(loop.time())
+            reader.feed_data(bytes([byte]))
+            await asyncio.sleep(0.001)
+        reader.feed_eof()
+        await asyncio.wait_for(forward, 30)
+        return sent, writer
+
+    sent, writer = asyncio.run(send())
+    assert b"".join(chunk for _, chunk in writer.chunks) == bytes(range(20)) and writer.ended
+    held_ms = [(when - sent[byte]) * 1000 for when, chunk in writer.chunks for byte in chunk]
+    assert min(held_ms) >= hold.delay_ms - hold.jitter_ms, held_ms
 
 
 def test_netem_gets_the_delay_and_jitter_and_no_delay_sets_no_qdisc():

@@ -14,7 +14,7 @@ packages="
   build-essential pkg-config
   python3 python3-dev python3-venv python3-wheel python3-setuptools
   libtalloc-dev libtdb-dev tdb-tools
-  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool
+  samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool nftables
   etcd-server openssl valgrind
   zookeeper python3-kazoo
   python3-prometheus-client
@@ -48,6 +48,8 @@ packages="
 #                                    addresses (make test-cluster-torture-failover)
 #   ethtool                          ctdb's 10.interface event script: the link of
 #                                    the interface a public address goes on
+#   nftables                         nft: the TCP delay relay's redirect, for a cluster's
+#                                    network profile where the kernel has no netem
 #   etcd-server                      the throwaway etcd of the etcd adapter's tests
 #   openssl                          certificates for the etcd TLS tests
 #   zookeeper                        the throwaway ZooKeeper of the zookeeper adapter

@@ -601,7 +601,8 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     network = cluster.network_settings(args.network)
     configs = cluster.configurations(args.adapters, args.option, local, args.network)
     print(f"{cluster.NODES}-node Samba cluster, path-contention-shared over every node, "
-          + (f"network {args.network}, " if args.network else "")
+          + (f"network {args.network} ({network['network']['method']}: "
+             f"delays {network['network']['delayed']}), " if network else "")
           + f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
           + ", ".join(c.label for c in configs) + f"\n{cluster.note()}")
     if args.adapters.strip() in ("", "auto", "all"):
@@ -946,8 +947,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help="volatile databases each node keeps to itself, on every line, ctdb's "
                                     "too (ctdb:DB = no; default as in the seed talks; '' for none)")
     bench_cluster.add_argument("--network", metavar="PROFILE",
-                               help="every node in a network namespace of its own, each site's packets "
-                                    "delayed by tc netem: lan, region, wan, or local (no delay); "
+                               help="every node in a network namespace of its own, apart by a delay (tc "
+                                    "netem, else a TCP relay per node): lan, region, wan, or local (no "
+                                    "delay); "
                                     "docs/benchmarks.md says what is delayed")
     bench_cluster.add_argument("--json", default="results/bench-cluster.json",
                                help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")

@@ -49,6 +49,7 @@ def test_options_reach_their_adapter_and_a_cache_option_makes_one_configuration(
 
 
 def test_a_network_profile_reaches_every_configuration_and_an_unknown_one_is_refused(monkeypatch):
+    from dbwrap_py.cluster import netem, tcp_delay
     from dbwrap_py.cluster.netem import PROFILES
     from dbwrap_py.errors import ConfigError
 
@@ -59,11 +60,16 @@ def test_a_network_profile_reaches_every_configuration_and_an_unknown_one_is_ref
     with pytest.raises(ConfigError, match="unknown network profile 'moon'; known profiles: local") as refused:
         cluster.network_settings("moon")
     assert all(name in str(refused.value) for name in PROFILES)
-    monkeypatch.setattr(cluster, "netem_missing", lambda: "no sch_netem")
-    with pytest.raises(ConfigError, match="--network lan: netem cannot delay packets here: no sch_netem"):
+    monkeypatch.setattr(netem, "netem_missing", lambda: "no sch_netem")
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "")
+    assert cluster.network_settings("lan")["network"]["method"] == "tcp-delay"
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "no nft")
+    with pytest.raises(ConfigError, match="--network lan: network profile lan: nothing can delay packets "
+                                          "here: netem: no sch_netem; tcp delay: no nft"):
         cluster.network_settings("lan")
-    # no delay asks nothing of netem
+    # no delay asks nothing of either
     assert cluster.network_settings("local")["network"]["one_way_delay_ms"] == 0
+    assert cluster.network_settings("local")["network"]["method"] == "none"
     assert cluster.network_settings(None) == {}
 
 

@@ -74,6 +74,7 @@ USED_FILES = [
     ("/usr/sbin/useradd", "ThrowawaySamba's unix user"),
     ("/sbin/ip", "the cluster's network namespaces (make test-cluster-torture-failover)"),
     ("/sbin/ethtool", "ctdb's 10.interface: the public interface's link"),
+    ("/usr/sbin/nft", "the TCP delay relay's redirect (cluster/tcp_delay.py)"),
     ("/usr/include/talloc.h", "the bridge and the tdb adapter's C extension"),
     ("/usr/include/tdb.h", "the bridge and the tdb adapter's C extension"),
     (f"/usr/lib/{MULTIARCH}/libtdb.so", "the bridge and the tdb adapter's C extension link it"),

@@ -2,9 +2,11 @@
 NetnsNetwork with one puts its delay on every round trip between two node
 namespaces, or a node and the caller's namespace (the backend's server),
 measured with a TCP echo; stop() leaves
-nothing behind. The delay needs root and a kernel with netem: without
-netem those tests skip and say why."""
+nothing behind. The delay needs root, and for each method what it uses:
+netem in the kernel, or nft's redirect for the TCP delay relay
+(cluster/tcp_delay.py); without it, those tests skip and say why."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,13 +15,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from dbwrap_py.cluster import netem
-from dbwrap_py.cluster.netem import PROFILES, NetemError, NetworkProfile, delay_egress, profile_named
+from dbwrap_py.cluster import netem, tcp_delay
+from dbwrap_py.cluster.netem import (NETEM, NO_DELAY, PROFILES, TCP_DELAY, NetemError, NetworkProfile,
+                                     delay_egress, delay_method, profile_named)
 from dbwrap_py.cluster.samba_cluster import ClusterError, ClusterSetup, SambaCluster
+from dbwrap_py.cluster.tcp_delay import TABLE, Hold
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 NETEM_MISSING = netem.netem_missing() if os.geteuid() == 0 else "network namespaces need root"
 needs_netem = pytest.mark.skipif(bool(NETEM_MISSING), reason=f"no netem delay here: {NETEM_MISSING}")
+RELAY_MISSING = tcp_delay.tcp_delay_missing() if os.geteuid() == 0 else "network namespaces need root"
+needs_relay = pytest.mark.skipif(bool(RELAY_MISSING), reason=f"no tcp delay relay here: {RELAY_MISSING}")
 
 #: the profile measured: tens of milliseconds, far above a round trip
 #: across the bridge without it, even on a loaded machine
@@ -105,6 +111,67 @@ def test_a_profile_puts_the_nodes_in_namespaces_of_their_own(tmp_path):
     assert SambaCluster(ClusterSetup(), root=tmp_path).network is None
 
 
+def test_netem_is_chosen_when_the_kernel_has_it_else_the_relay_else_neither_and_why(monkeypatch):
+    assert delay_method(PROFILES["local"]) == NO_DELAY
+    monkeypatch.setattr(netem, "netem_missing", lambda: "")
+    assert delay_method(MEASURED) == NETEM
+    monkeypatch.setattr(netem, "netem_missing", lambda: "no sch_netem")
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "")
+    assert delay_method(MEASURED) == TCP_DELAY
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "no nft")
+    with pytest.raises(NetemError, match="wan: nothing can delay packets here: netem: no sch_netem; "
+                                         "tcp delay: no nft"):
+        delay_method(MEASURED)
+
+
+def test_the_relay_table_lets_its_own_connections_through_and_redirects_the_rest():
+    script = tcp_delay.ruleset(4242, ["10.254.9.2", "10.254.9.254"])
+    mark, redirect = script.index("meta mark 0xdb7c return"), script.index("redirect to :4242")
+    assert f"table ip {TABLE} " in script and mark < redirect
+    assert "ip daddr { 10.254.9.2, 10.254.9.254 } meta l4proto tcp redirect" in script
+
+
+class CollectingWriter:
+    """A StreamWriter's stand-in that keeps what it is given, and when."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[float, bytes]] = []
+        self.ended = False
+
+    def write(self, chunk: bytes) -> None:
+        self.chunks.append((asyncio.get_running_loop().time(), chunk))
+
+    async def drain(self) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.ended = True
+
+
+def test_the_relay_holds_every_byte_keeps_their_order_and_passes_the_end_on():
+    hold = Hold(5.0, 4.0)  # a jitter near the delay, larger than the gaps between the bytes
+
+    async def send() -> tuple[list[float], CollectingWriter]:
+        loop, reader, writer = asyncio.get_running_loop(), asyncio.StreamReader(), CollectingWriter()
+        forward = asyncio.create_task(tcp_delay._forward(reader, writer, hold))
+        sent = []
+        for byte in range(20):
+            sent.append(loop.time())
+            reader.feed_data(bytes([byte]))
+            await asyncio.sleep(0.001)
+        reader.feed_eof()
+        await asyncio.wait_for(forward, 30)
+        return sent, writer
+
+    sent, writer = asyncio.run(send())
+    assert b"".join(chunk for _, chunk in writer.chunks) == bytes(range(20)) and writer.ended
+    held_ms = [(when - sent[byte]) * 1000 for when, chunk in writer.chunks for byte in chunk]
+    assert min(held_ms) >= hold.delay_ms - hold.jitter_ms, held_ms
+
+
 def test_netem_gets_the_delay_and_jitter_and_no_delay_sets_no_qdisc():
     profile = NetworkProfile("test", 1.5, 0.25)
     assert profile.netem_args() == ["netem", "delay", "1.5ms", "0.25ms"]
@@ -121,7 +188,7 @@ def test_a_delay_that_cannot_be_set_is_refused_and_the_network_removed(monkeypat
     from dbwrap_py.cluster.netns import NetnsNetwork
 
     monkeypatch.setattr(netem, "TC", "false")  # tc's stand-in: fails on every qdisc
-    network = NetnsNetwork(nodes=2, profile=MEASURED)
+    network = NetnsNetwork(nodes=2, profile=MEASURED, method=NETEM)
     with pytest.raises(NetemError, match=f"network profile {MEASURED.name}: .*false qdisc add dev pub0"):
         with network:
             pass
@@ -135,7 +202,7 @@ def test_a_profile_delays_every_round_trip_between_two_sites():
 
     with NetnsNetwork(nodes=2) as plain:
         without = sorted(echo_round_trips_ms(plain, 0, 1))
-    with NetnsNetwork(nodes=2, profile=MEASURED) as network:
+    with NetnsNetwork(nodes=2, profile=MEASURED, method=NETEM) as network:
         # the bridge's here; pub0's are inside the namespaces
         assert [line.split(" dev ")[1].split()[0] for line in qdiscs_of(network.tag)
                 if line.startswith("qdisc netem ")] == [network.bridge]
@@ -165,3 +232,73 @@ def test_a_profile_on_one_node_only_falls_short_of_the_round_trip():
         with pytest.raises(AssertionError, match="some below"):
             assert_pays_the_round_trip(one_side, MEASURED)
     assert network.leftovers() == []
+
+
+def relay_tables(network) -> list[str]:
+    """Each node namespace's relay table, as nft lists it."""
+    return [subprocess.run([*m.exec_prefix(), "nft", "list", "table", "ip", TABLE],
+                           capture_output=True, text=True, check=True).stdout for m in network.members]
+
+
+def tables_here() -> str:
+    return subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout
+
+
+@needs_root
+@needs_relay
+def test_the_tcp_delay_relay_delays_every_round_trip_a_node_makes():
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    with NetnsNetwork(nodes=2) as plain:
+        without = sorted(echo_round_trips_ms(plain, 0, 1))
+    with NetnsNetwork(nodes=2, profile=MEASURED, method=TCP_DELAY) as network:
+        assert network.method == TCP_DELAY and all(r.running() for r in network.relays)
+        tables = relay_tables(network)
+        for table, other in zip(tables, reversed(network.members)):  # the other node's and the bridge's
+            assert f"ip daddr {{ {other.address}, {network.bridge_address} }} meta l4proto tcp redirect to :" \
+                in table, table
+        assert_pays_the_round_trip(echo_round_trips_ms(network, 0, 1), MEASURED)
+        # and one to the caller's namespace, where the backend's server listens
+        assert_pays_the_round_trip(echo_round_trips_ms(network, 1, None), MEASURED)
+        pids = [r.process.pid for r in network.relays]
+    assert without[len(without) // 2] < MEASURED.least_round_trip_ms / 4, without
+    assert network.leftovers() == [] and plain.leftovers() == []
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+    assert TABLE not in tables_here()
+
+
+@needs_root
+@needs_relay
+def test_a_relay_on_one_side_or_one_way_only_falls_short_of_the_round_trip():
+    """The broken examples: node 0's relay delays what node 0 sends but not
+    the replies, so its round trips pay one way; and node 1, without a
+    relay, pays nothing. The check above fails on both."""
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    with NetnsNetwork(nodes=2) as network:
+        network.start_relay(network.members[0], Hold(MEASURED.delay_ms, MEASURED.jitter_ms), Hold(0.0))
+        for client, server in ((0, 1), (1, 0)):
+            with pytest.raises(AssertionError, match="some below"):
+                assert_pays_the_round_trip(echo_round_trips_ms(network, client, server), MEASURED)
+    assert network.leftovers() == []
+
+
+@needs_root
+@needs_relay
+def test_a_refused_connection_is_reset_and_logged_naming_it(tmp_path):
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    client = ("import socket, sys\n"
+              "peer = socket.create_connection((sys.argv[1], 9), 30)\n"  # nothing listens on port 9
+              "peer.settimeout(30)\n"
+              "try:\n    print(repr(peer.recv(1)))\n"
+              "except ConnectionResetError:\n    print('reset')\n")
+    with NetnsNetwork(nodes=2, log_dir=tmp_path) as network:
+        network.start_relay(network.members[0], Hold(1.0), Hold(1.0))
+        source, target, namespace = (network.members[0].address, network.members[1].address,
+                                     network.members[0].namespace)
+        out = subprocess.run([*network.members[0].exec_prefix(), sys.executable, "-c", client, target],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "reset"
+    (line,) = (tmp_path / f"tcp-delay-{namespace}.log").read_text().splitlines()
+    assert line.startswith(f"tcp delay: {source}:") and f"-> {target}:9: ConnectionRefusedError" in line

@@ -39,7 +39,7 @@ from dbwrap_py.bench.smb import Point, grid_lines, measure_with, ratio_text, swe
     write_csv
 from dbwrap_py.bench.targets import display_name, landed_adapters, split_options
 from dbwrap_py.cluster.ctdb import CtdbError
-from dbwrap_py.cluster.netem import NetemError, netem_missing, profile_named
+from dbwrap_py.cluster.netem import NETEM, NO_DELAY, TCP_DELAY, NetemError, delay_method, profile_named
 from dbwrap_py.cluster.netns import NetnsError
 from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, ClusterError, ClusterSetup, SambaCluster
 from dbwrap_py.errors import ConfigError, DbwrapError
@@ -197,13 +197,23 @@ def network_settings(name: str | None) -> dict[str, object]:
         profile = profile_named(name)
     except NetemError as exc:
         raise ConfigError(f"--network: {exc}") from exc
-    missing = netem_missing() if profile.netem_args() else ""
-    if missing:
-        raise ConfigError(f"--network {name}: netem cannot delay packets here: {missing}")
-    return {"network": {"profile": profile.name, "one_way_delay_ms": profile.delay_ms,
+    try:
+        method = delay_method(profile)
+    except NetemError as exc:
+        raise ConfigError(f"--network {name}: {exc}") from exc
+    return {"network": {"profile": profile.name, "method": method, "one_way_delay_ms": profile.delay_ms,
                         "jitter_ms": profile.jitter_ms, "about": profile.about,
-                        "delayed": "every packet a node or this host's namespace (backend server, "
-                                   "smbtorture) sends to another of them"}}
+                        "delayed": DELAYED[method]}}
+
+
+#: what each method delays, for the results and the printed header
+DELAYED = {
+    NETEM: "every packet a node or this host's namespace (backend server, smbtorture) sends to "
+           "another of them",
+    TCP_DELAY: "both ways of every TCP connection a node makes to another node or to this host's "
+               "namespace (ctdb, smbd and node agents to the backend); not smbtorture's to smbd",
+    NO_DELAY: "nothing",
+}
 
 
 # -- the run -------------------------------------------------------------------

@@ -1,12 +1,19 @@
-"""Network profiles: how far apart a cluster's nodes are, as a delay tc
-netem adds to every packet a site sends (``tc qdisc ... netem delay``).
+"""Network profiles: how far apart a cluster's nodes are, and how that
+delay is made here (``delay_method``): by tc netem, which delays every
+packet a site sends (``tc qdisc ... netem delay``), when the kernel has
+it, else by a relay in each node's namespace that delays the node's own
+TCP connections (tcp_delay.py).
 
 A site is a node's namespace, or the caller's namespace, where the
 backend's throwaway server and smbtorture run (netns.py says which device
 each one sends on). Every site delays what it sends by the profile's
 one-way delay, so any two sites are that far apart one way and a round
 trip between them pays it twice: node to node (ctdb), node to the backend
-(smbd and the node agents), and smbtorture to smbd alike.
+(smbd and the node agents), and smbtorture to smbd alike. The relay
+(``tcp-delay``) delays both directions of every TCP connection a node
+makes to another node or to the caller's namespace, so those round trips
+pay it twice too; connections the caller's namespace makes (smbtorture to
+smbd) are not delayed, as if the clients sat next to their node.
 
 The values are assumptions of typical round trips, not measurements:
 
@@ -32,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 TC = "tc"
+#: what delays packets: tc netem, else the TCP relay; none for no delay
+NETEM, TCP_DELAY, NO_DELAY = "netem", "tcp-delay", "none"
 
 
 class NetemError(RuntimeError):
@@ -116,3 +125,21 @@ def netem_missing() -> str:
     if result.returncode == 0:
         return ""
     return f"{' '.join(command)} failed: {result.stderr.strip()}{_missing_hint(result.stderr)}"
+
+
+def delay_method(profile: NetworkProfile) -> str:
+    """How ``profile``'s delay is made here: ``NETEM`` when the kernel has
+    it, else ``TCP_DELAY`` when nft can redirect to the relay; ``NO_DELAY``
+    for a profile without one. Refused, saying why, when neither works."""
+    if not profile.netem_args():
+        return NO_DELAY
+    no_netem = netem_missing()
+    if not no_netem:
+        return NETEM
+    from dbwrap_py.cluster.tcp_delay import tcp_delay_missing
+
+    no_relay = tcp_delay_missing()
+    if not no_relay:
+        return TCP_DELAY
+    raise NetemError(f"network profile {profile.name}: nothing can delay packets here: "
+                     f"netem: {no_netem}; tcp delay: {no_relay}")

@@ -22,11 +22,14 @@ made it.
 Processes run inside a namespace with ``ip netns exec``, which execs the
 command: the PID the caller gets is the process's own.
 
-With a network profile (netem.py), every node's ``pub0`` and the bridge
-delay what they send: what a node sends to another node or to the
+With a network profile (netem.py), by netem every node's ``pub0`` and the
+bridge delay what they send: what a node sends to another node or to the
 caller's namespace (the backend's server, smbtorture) leaves by its
 ``pub0``, what the caller's namespace sends to a node leaves by the
-bridge. The qdiscs go with their devices at stop().
+bridge. The qdiscs go with their devices at stop(). Without netem, a TCP
+delay relay in each node's namespace (tcp_delay.py) delays the TCP
+connections the node makes to the other nodes and to the bridge address;
+stop() ends the relays by PID, and their nft tables go with the namespaces.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dbwrap_py.cluster.netem import NetworkProfile, delay_egress
+from dbwrap_py.cluster.netem import NETEM, TCP_DELAY, NetworkProfile, delay_egress, delay_method
+from dbwrap_py.cluster.tcp_delay import Hold, TcpDelayRelay
 from dbwrap_py.servers import StartStop
 
 IP = "ip"
@@ -96,6 +100,12 @@ class NetnsNetwork(StartStop):
     subnet: str = ""
     #: how far apart the nodes and the caller's namespace are; None: no delay
     profile: NetworkProfile | None = None
+    #: how the profile's delay is made (netem.py's NETEM, TCP_DELAY, NO_DELAY);
+    #: "": start() chooses with delay_method
+    method: str = ""
+    #: where the TCP delay relays write their errors (tcp-delay-<namespace>.log); None: stderr
+    log_dir: Path | None = None
+    relays: list[TcpDelayRelay] = field(default_factory=list)
     members: list[NodeNetwork] = field(default_factory=list)
     _made_netns_dir_mount: bool = False
     _made_netns_dir: bool = False
@@ -154,8 +164,28 @@ class NetnsNetwork(StartStop):
             _ip(*inside, "link", "set", NODE_INTERFACE, "up")
             self.members.append(member)
         if self.profile is not None:
+            self._delay(self.profile)
+
+    def _delay(self, profile: NetworkProfile) -> None:
+        self.method = self.method or delay_method(profile)
+        if self.method == NETEM:
             for prefix, device in self.senders():
-                delay_egress(prefix, device, self.profile)
+                delay_egress(prefix, device, profile)
+        elif self.method == TCP_DELAY:
+            hold = Hold(profile.delay_ms, profile.jitter_ms)
+            for member in self.members:
+                self.start_relay(member, hold, hold)
+
+    def start_relay(self, member: NodeNetwork, sends: Hold, replies: Hold) -> TcpDelayRelay:
+        """A TCP delay relay in ``member``'s namespace for its connections to
+        the other nodes and the bridge address; stopped by stop()."""
+        others = [m.address for m in self.members if m is not member]
+        log = self.log_dir / f"tcp-delay-{member.namespace}.log" if self.log_dir is not None else None
+        relay = TcpDelayRelay(member.exec_prefix(), member.namespace, [*others, self.bridge_address],
+                              sends, replies, log)
+        self.relays.append(relay)
+        relay.start()
+        return relay
 
     def senders(self) -> list[tuple[list[str], str]]:
         """Each site's sending device, with what runs tc in its namespace:
@@ -166,6 +196,8 @@ class NetnsNetwork(StartStop):
         """Remove what start() made, newest first; raise when any of it is
         still there afterwards (a namespace some process still holds)."""
         errors = []
+        for relay in self.relays:
+            relay.stop()
         for kind, name in reversed(self._made):
             if kind == "netns":
                 result = _ip("netns", "del", name, check=False)
@@ -192,4 +224,6 @@ class NetnsNetwork(StartStop):
         if NETNS_DIR.is_dir():
             left += [f"netns {p.name}" for p in NETNS_DIR.iterdir() if p.name.startswith(self.tag)]
         left += [f"link {p.name}" for p in Path("/sys/class/net").iterdir() if p.name.startswith(self.tag)]
+        left += [f"tcp delay relay {r.namespace} (pid {r.process.pid})" for r in self.relays
+                 if r.running() and r.process is not None]
         return left

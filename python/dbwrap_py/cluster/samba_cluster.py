@@ -21,7 +21,10 @@ the nodes; so do the node agents, which reach the backend's server across
 the bridge as smbd does. smbd listens on port 445 of every address of its
 namespace, so the node that hosts the public address serves it. With
 ``network``, a profile (netem.py) also delays what each node and the
-caller's namespace (the backend's server, smbtorture) send.
+caller's namespace (the backend's server, smbtorture) send, by netem; or,
+where the kernel has no netem, the TCP connections each node makes, by a
+relay in its namespace (tcp_delay.py; its errors in the cluster's folder,
+tcp-delay-<namespace>.log).
 ``torture_node_control`` adds what smbtorture's failover suites drive the cluster with (below).
 
 Everything is stopped by PID: smbd and ctdbd by their process groups, the
@@ -310,7 +313,7 @@ class SambaCluster(StartStop):
             profile = profile_named(self.setup.network)
         except NetemError as exc:
             raise ClusterError(f"ClusterSetup.network: {exc}") from exc
-        return NetnsNetwork(self.setup.nodes, profile=profile)
+        return NetnsNetwork(self.setup.nodes, profile=profile, log_dir=self.root)
 
     @contextlib.contextmanager
     def _backend(self) -> Iterator[dict[str, str]]:

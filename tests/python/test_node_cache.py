@@ -418,6 +418,36 @@ def test_a_holder_hands_a_record_over_when_it_lets_go(backend, nodes, name):
     db.close()
 
 
+def test_a_waiter_for_another_nodes_record_backs_off_its_store_round_trips(backend, nodes, name):
+    """While a process of node a holds a record for a second, node b's
+    waiter looks at the store again and again, but with a growing pause
+    (cache.WAIT_POLL up to WAIT_POLL_MAX), not every 2 ms: each look is a
+    round trip, and a fixed 2 ms let waiters load the store (some 40 per
+    open over a 2 ms network) that the owner needs to hand the record over."""
+    from dbwrap_py.nodecache.cache import WAIT_POLL_MAX
+
+    a, b = nodes
+    db = open_on(backend, a, name)
+    put(db, b"hot", b"1")
+    db.lock(b"hot")
+
+    def wait(_: Child) -> tuple[int, float]:
+        on_b = open_on(backend, b, name)
+        before, started = backend.round_trips(on_b), time.monotonic()
+        on_b.lock(b"hot")
+        waited = time.monotonic() - started
+        on_b.unlock(b"hot")
+        return backend.round_trips(on_b) - before, waited
+
+    waiter = Child(wait)
+    time.sleep(1.0)
+    db.unlock(b"hot", b"2")
+    trips, waited = waiter.result()
+    allowed = waited / WAIT_POLL_MAX * 4 + 20  # a look costs up to four (zookeeper); the take, its set-up
+    assert trips <= allowed, f"{trips} round trips in {waited:.2f} s of waiting (at most {allowed:.0f})"
+    db.close()
+
+
 def _timed_lock(db: Database, key: bytes) -> tuple[bytes | None, float]:
     value = db.lock(key)
     at = time.monotonic()

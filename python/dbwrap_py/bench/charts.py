@@ -142,11 +142,12 @@ def timeline_chart(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float
             style = {"color": "black", "linestyle": "--"} if i == 0 else {}
             ax.plot(xs, ys, marker=".", linewidth=1.6, label=label, **style)
         ax.axvline(at, color="grey", linestyle=":", linewidth=1.5)
-        ax.set_ylim(bottom=0)
         ax.set_title(name, fontsize="medium")
         ax.set_xlabel("seconds since the clients started")
         ax.grid(True, alpha=0.4)
         ax.legend(fontsize="small")
+    top = max((y for lines in panels.values() for points in lines.values() for _, y in points), default=0)
+    axes[0][0].set_ylim(0, top * 1.05 or 1)  # shared by every panel: the highest second shows
     axes[0][0].set_ylabel("opens/s (1 s bins)")
     fig.suptitle(title)
     if note:

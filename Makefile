@@ -98,7 +98,7 @@ INSTALLED_CFLAGS :=
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
-	bench-etcd bench-rados bench-cassandra bench-zookeeper bench-cluster soak-etcd server-etcd server-ceph \
+	bench-etcd bench-rados bench-cassandra bench-zookeeper bench-cluster bench-elastic soak-etcd server-etcd server-ceph \
 	server-cassandra server-zookeeper server-samba test-setup test-python-servers test-conformance-local \
 	test-conformance-etcd test-conformance-rados test-conformance-cassandra test-conformance-fdb test-conformance-zookeeper \
 	preload-claiming test-cluster-torture-failover test-sid-torture-failover \
@@ -674,6 +674,13 @@ bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against 
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench cluster --nprocs 1,2,4,8,16,32,64,128,256,512 --time 5 \
 		--rounds 2 --json $(RESULTS)/bench-cluster.json
+
+# Node 2 of three is killed, leaves (ctdb stop) or joins (ctdb continue) while
+# 16 clients run on nodes 0 and 1: their opens/s second by second, ctdb
+# against etcd with the node cache; a fresh cluster per run. ~6 min here.
+bench-elastic: all ## opens/s per second while a node is killed, leaves or joins, ctdb against etcd+cache (~6 min)
+	@mkdir -p $(RESULTS)
+	$(VPY) -m dbwrap_py.cli bench elastic --json $(RESULTS)/bench-elastic.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

@@ -23,6 +23,7 @@
   dbwrap-py soak [--adapter A] [--points N]  node cache: path-contention points until one fails
   dbwrap-py bench smb [--adapters A,...]   path-contention-shared sweep, every adapter against native tdb
   dbwrap-py bench cluster [--adapters A,...]  path-contention-shared on a 3-node cluster, against ctdb
+  dbwrap-py bench elastic [--events kill,leave,join]  opens/s per second while a node dies, leaves or joins
   dbwrap-py bench micro                    per-operation p50/p99 through the bridge, YCSB-style mixes
   dbwrap-py bench memory                   RSS and PSS per smbd client process, native against bridged
   dbwrap-py bench instructions             instructions per dbwrap call (callgrind), native against bridged
@@ -630,6 +631,26 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     return 130 if results.interrupted else 0
 
 
+def _cmd_bench_elastic(args: argparse.Namespace) -> int:
+    from dbwrap_py.bench import elastic
+
+    events = elastic.parse_events(args.events)
+    elastic.check_timing(args.at, args.time, args.nprocs)
+    configs = elastic.chosen(args.adapters, args.option)
+    print(f"3-node Samba cluster, path-contention-shared, {args.nprocs} clients on nodes 0 and 1, "
+          f"{args.time}s; node 2 at {args.at:g}s: {', '.join(events)}; "
+          + ", ".join(c.label for c in configs) + f"\n{elastic.note()}")
+    began = time.monotonic()
+    runs = elastic.run_all(configs, events, args.nprocs, args.time, args.at)
+    elapsed = time.monotonic() - began
+    print("\n" + "\n".join(elastic.table_lines(runs)))
+    settings = {"nodes": 3, "nprocs": args.nprocs, "seconds": args.time, "at": args.at, "events": events,
+                "elapsed_seconds": round(elapsed)}
+    files = elastic.write_results(Path(args.json), runs, configs, settings, args.at)
+    print(f"took {elapsed / 60:.1f} min; results: " + ", ".join(map(str, files)))
+    return 0 if runs and all(r.ok for r in runs) else 1
+
+
 def _cmd_bench_micro(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
@@ -954,6 +975,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("--json", default="results/bench-cluster.json",
                                help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
     bench_cluster.set_defaults(fn=_cmd_bench_cluster)
+    elastic = bench_sub.add_parser(
+        "elastic", help="opens/s second by second on nodes 0 and 1 while node 2 is killed, leaves or joins, "
+                        "ctdb against adapters")
+    elastic.add_argument("--adapters", "--adapter", default="etcd+cache",
+                         help="comma list, as bench cluster's; ctdb always runs, as the reference")
+    elastic.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
+                         help="adapter option (repeatable), e.g. etcd:node_cache=yes")
+    elastic.add_argument("--nprocs", type=int, default=16, help="clients, spread over nodes 0 and 1")
+    elastic.add_argument("--time", type=int, default=30, help="seconds smbtorture runs")
+    elastic.add_argument("--at", type=float, default=10.0,
+                         help="seconds after the clients started when node 2 changes")
+    elastic.add_argument("--events", default="kill,leave,join",
+                         help="comma list of kill, leave, join; each on a fresh cluster")
+    elastic.add_argument("--json", default="results/bench-elastic.json",
+                         help="results file; the chart (.png) goes next to it")
+    elastic.set_defaults(fn=_cmd_bench_elastic)
     ca = bench_sub.add_parser("ca", help="Samba 4.25: opens/s with persistent handles, a continuously "
                                          "available share against a plain one, native and bridged")
     ca.add_argument("--nprocs", default="1,4,16,64", help="comma list of client counts")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -277,6 +278,8 @@ class Rates:
     """Per-second open/close rates and latencies of path-contention-shared."""
 
     opens: list[int] = field(default_factory=list)
+    #: each sample's second as smbtorture labels it (1.0, 2.0, ...: since its clients started)
+    seconds: list[float] = field(default_factory=list)
     closes: list[int] = field(default_factory=list)
     open_latency: list[float] = field(default_factory=list)
     close_latency: list[float] = field(default_factory=list)
@@ -302,6 +305,7 @@ class Rates:
 def parse_rates(output: str) -> Rates:
     rates = Rates(output=output)
     for match in _RATE.finditer(output):
+        rates.seconds.append(float(match.group(1)))
         rates.opens.append(int(match.group(2).replace(",", "")))
         rates.open_latency.append(float(match.group(3)))
         rates.closes.append(int(match.group(4).replace(",", "")))
@@ -311,6 +315,8 @@ def parse_rates(output: str) -> Rates:
 
 
 BENCH = "smb2.bench.path-contention-shared"
+#: what smbtorture prints once every client is connected, as its first second begins
+RUNNING = "Running for "
 
 
 def point_timeout(nprocs: int, seconds: int) -> float:
@@ -349,34 +355,62 @@ def write_unclist(sambas: Sequence[ThrowawaySamba], path: Path) -> Path:
 
 
 def path_contention_unclist(sambas: Sequence[ThrowawaySamba], workdir: Path, nprocs: int,
-                            seconds: int) -> Rates:
+                            seconds: int, on_running: Callable[[], None] | None = None) -> Rates:
     """path-contention-shared with the clients spread over ``sambas`` (a
     cluster's nodes, all sharing one folder); the cause of a failure comes
-    from every node's log. ``workdir`` gets the unclist file."""
+    from every node's log. ``workdir`` gets the unclist file.
+    ``on_running`` is called once every client is connected (RUNNING), as
+    the first measured second begins; it must return at once."""
     unclist = write_unclist(sambas, workdir / "unclist")
     command = unclist_command(sambas, unclist, BENCH, *bench_options(nprocs, seconds))
-    return _measure(command, sambas, workdir, point_timeout(nprocs, seconds))
+    return _measure(command, sambas, workdir, point_timeout(nprocs, seconds), on_running)
 
 
 def _measure(command: list[str], sambas: Sequence[ThrowawaySamba], cwd: Path,
-             timeout: float) -> Rates:
+             timeout: float, on_running: Callable[[], None] | None = None) -> Rates:
     starts = [samba.log_position() for samba in sambas]
 
     def logs() -> str:
         return "\n".join(samba.log_since(start) for samba, start in zip(sambas, starts))
 
     try:
-        # cwd: smbtorture leaves empty smbtorture* folders in its working directory
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        output = _run(command, cwd, timeout, on_running)
     except subprocess.TimeoutExpired as exc:
         output = _text(exc.stdout) + _text(exc.stderr)
         rates = Rates(output=output, timed_out=True)
         rates.cause = [f"smbtorture ran past {timeout:g}s"] + explain(output, logs())
         return rates
-    rates = parse_rates(result.stdout + result.stderr)
+    rates = parse_rates(output)
     if not rates.ok:
         rates.cause = explain(rates.output, logs())
     return rates
+
+
+def _run(command: list[str], cwd: Path, timeout: float,
+         on_running: Callable[[], None] | None) -> str:
+    """smbtorture's output (stdout, then stderr); with ``on_running``, read
+    as it comes (stderr merged into it) to call it at the RUNNING line."""
+    # cwd: smbtorture leaves empty smbtorture* folders in its working directory
+    if on_running is None:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        return result.stdout + result.stderr
+    lines: list[str] = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=cwd) as process:
+        watchdog = threading.Timer(timeout, process.kill)
+        watchdog.start()
+        try:
+            for line in process.stdout:  # type: ignore[union-attr]
+                if line.startswith(RUNNING) and not any(seen.startswith(RUNNING) for seen in lines):
+                    on_running()
+                lines.append(line)
+            process.wait()
+        finally:
+            expired = not watchdog.is_alive()
+            watchdog.cancel()
+    if expired:
+        raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
+    return "".join(lines)
 
 
 def _text(data: bytes | str | None) -> str:

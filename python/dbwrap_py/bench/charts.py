@@ -124,3 +124,38 @@ def memory_chart(rows: Sequence[Mapping], path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def timeline_chart(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], path: Path,
+                   at: float, title: str, note: str = "") -> Path:
+    """A panel per title in ``panels``, side by side: a line per label of
+    (seconds, value) points, a dotted line at ``at`` (the event); the first
+    label (the reference, ctdb) dashed black."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4.6), dpi=110,
+                             sharey=True, squeeze=False)
+    for ax, (name, lines) in zip(axes[0], panels.items()):
+        for i, (label, points) in enumerate(lines.items()):
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            style = {"color": "black", "linestyle": "--"} if i == 0 else {}
+            ax.plot(xs, ys, marker=".", linewidth=1.6, label=label, **style)
+        ax.axvline(at, color="grey", linestyle=":", linewidth=1.5)
+        ax.set_title(name, fontsize="medium")
+        ax.set_xlabel("seconds since the clients started")
+        ax.grid(True, alpha=0.4)
+        ax.legend(fontsize="small")
+    top = max((y for lines in panels.values() for points in lines.values() for _, y in points), default=0)
+    axes[0][0].set_ylim(0, top * 1.05 or 1)  # shared by every panel: the highest second shows
+    axes[0][0].set_ylabel("opens/s (1 s bins)")
+    fig.suptitle(title)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7.5, style="italic", wrap=True)
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
+    else:
+        fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -76,7 +76,7 @@ NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unc
         "{cpus} CPU cores over loopback, so absolute numbers mean little; compare each line with "
         "ctdb, measured in the same run (log scale: equal gaps are equal ratios).")
 
-_START_ERRORS = (ClusterError, CtdbError, NetnsError, NetemError, SambaError, ServerError, DbwrapError,
+START_ERRORS = (ClusterError, CtdbError, NetnsError, NetemError, SambaError, ServerError, DbwrapError,
                  OSError)
 
 
@@ -281,7 +281,7 @@ class Sweep:
                 started = True
                 self.events.set_up(label, round_index, "")
                 self._points(config, cluster, round_index, left)
-        except _START_ERRORS as exc:
+        except START_ERRORS as exc:
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if started:
                 why = "failed during the round: " + why

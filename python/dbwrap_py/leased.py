@@ -28,8 +28,8 @@ From these the framework builds ``lock``, ``lock_get`` (one round trip),
   its lease, whose lock someone else then took, cannot write: it gets
   FencedOut (NT_STATUS_FILE_LOCK_CONFLICT). This is the fence Jepsen found
   etcd's own locks need.
-* A waiter tries again with backoff and gives up with Timeout after
-  ``op_timeout``.
+* A waiter tries again with dbwrap_py.retry's backoff and gives up with
+  Timeout after ``op_timeout``.
 * A holder that must not lose a lock while it lives (the node daemon, for
   its live connections) calls ``keep_locks_alive`` every
   ``lock_renewal_seconds``. It needs a fourth primitive,
@@ -65,6 +65,7 @@ from typing import ClassVar
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
 from dbwrap_py.options import Options
+from dbwrap_py.retry import retry_until
 
 #: options every leased adapter reads; subclasses add their own
 LEASE_OPTIONS = ("lease", "op_timeout")
@@ -166,25 +167,21 @@ class LeasedAdapter(Adapter):
 
     def _take(self, key: bytes, read: bool) -> bytes | None:
         token = secrets.randbits(63)
-        deadline = time.monotonic() + self.op_timeout
-        pause = 0.001
-        while True:
+        waiting = retry_until(time.monotonic() + self.op_timeout, wait=lambda pause: self.wait_for_release(key, pause))
+        for _ in waiting:
             taken, value = self.take_lease(key, token, self.lease_seconds, read)
             if taken:
                 self._tokens[key] = token
                 return value
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Timeout(f"record lock not free within {self.op_timeout:g} s")
-            self.wait_for_release(key, min(pause, left))
-            pause = min(pause * 2, 0.05)
+        raise Timeout(f"record lock not free within {self.op_timeout:g} s")
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
-        """Between two tries for a held lock: sleep ``pause`` (it doubles, up
-        to 50 ms). A store that can wake waiters when a lock goes (watches)
-        overrides it; it must return within ``pause`` or a short poll, since
-        a dead holder's lock ends without a wake-up, unless its store wakes
-        it then too (etcd deletes a lock key with its holder's lease)."""
+        """Between two tries for a held lock: sleep ``pause`` (the backoff of
+        dbwrap_py.retry, never past op_timeout). A store that can wake
+        waiters when a lock goes (watches) overrides it; it must return
+        within ``pause`` or a short poll, since a dead holder's lock ends
+        without a wake-up, unless its store wakes it then too (etcd deletes
+        a lock key with its holder's lease)."""
         time.sleep(pause)
 
     def unlock(self, key: bytes) -> None:

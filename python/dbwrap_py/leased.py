@@ -65,7 +65,7 @@ from typing import ClassVar
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
 from dbwrap_py.options import Options
-from dbwrap_py.retry import retry_until
+from dbwrap_py.retry import DEFAULT, Backoff, retry_until
 
 #: options every leased adapter reads; subclasses add their own
 LEASE_OPTIONS = ("lease", "op_timeout")
@@ -110,6 +110,9 @@ class LeasedAdapter(Adapter):
     lease_source: ClassVar[LeaseSource]
     #: seconds a server-side TTL may outlive its time (SERVER_TTL only)
     lease_slack: ClassVar[float] = 0.0
+    #: the pauses between tries for a held lock (dbwrap_py.retry); a store
+    #: that wakes its waiters (a watch) may wait longer
+    lock_wait: ClassVar[Backoff] = DEFAULT
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -167,8 +170,8 @@ class LeasedAdapter(Adapter):
 
     def _take(self, key: bytes, read: bool) -> bytes | None:
         token = secrets.randbits(63)
-        waiting = retry_until(time.monotonic() + self.op_timeout, wait=lambda pause: self.wait_for_release(key, pause))
-        for _ in waiting:
+        deadline = time.monotonic() + self.op_timeout
+        for _ in retry_until(deadline, self.lock_wait, wait=lambda pause: self.wait_for_release(key, pause)):
             taken, value = self.take_lease(key, token, self.lease_seconds, read)
             if taken:
                 self._tokens[key] = token
@@ -176,12 +179,12 @@ class LeasedAdapter(Adapter):
         raise Timeout(f"record lock not free within {self.op_timeout:g} s")
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
-        """Between two tries for a held lock: sleep ``pause`` (the backoff of
-        dbwrap_py.retry, never past op_timeout). A store that can wake
-        waiters when a lock goes (watches) overrides it; it must return
-        within ``pause`` or a short poll, since a dead holder's lock ends
-        without a wake-up, unless its store wakes it then too (etcd deletes
-        a lock key with its holder's lease)."""
+        """Between two tries for a held lock: sleep ``pause`` (``lock_wait``'s
+        backoff, never past op_timeout). A store that can wake waiters when
+        a lock goes (watches) overrides it; it must return within ``pause``,
+        or within a short poll, since a dead holder's lock ends without a
+        wake-up, unless its store wakes it then too (etcd deletes a lock key
+        with its holder's lease)."""
         time.sleep(pause)
 
     def unlock(self, key: bytes) -> None:

@@ -22,6 +22,7 @@ The first try is made at once, even with the deadline already past.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +53,8 @@ class Backoff:
 
 #: 1 ms doubling to 50 ms: waiting for a lock another process holds
 DEFAULT = Backoff()
+#: for a waiter the store wakes (a watch): each wait may last until the deadline
+UNTIL_WOKEN = Backoff(math.inf, math.inf)
 
 
 def retry_until(deadline: float, backoff: Backoff = DEFAULT, *,

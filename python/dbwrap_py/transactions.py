@@ -40,7 +40,7 @@ from dbwrap_py.adapter import Adapter, DatabaseSpec
 from dbwrap_py.errors import FencedOut, LockConflict, NotSupported, Timeout
 from dbwrap_py.leased import LeasedAdapter
 from dbwrap_py.options import Options
-from dbwrap_py.retry import retry_until
+from dbwrap_py.retry import DEFAULT, Backoff, retry_until
 
 Writes = dict[bytes, bytes | None]
 
@@ -81,6 +81,8 @@ class TransactionalLeasedAdapter(LeasedAdapter):
 
     #: LockConflict's message when ``nonblock`` finds the lock taken
     transaction_lock_refused: ClassVar[str] = "another process holds the transaction lock"
+    #: the pauses between tries for the transaction lock (dbwrap_py.retry)
+    transaction_lock_wait: ClassVar[Backoff] = DEFAULT
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -115,8 +117,8 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         return None
 
     def wait_for_transaction_lock(self, pause: float, left: float) -> None:
-        """Between two tries for the transaction lock: ``pause`` is the
-        backoff of dbwrap_py.retry, never past ``left`` (seconds until
+        """Between two tries for the transaction lock: ``pause`` is
+        ``transaction_lock_wait``'s backoff, never past ``left`` (seconds until
         op_timeout). A store that can wake the waiter overrides it."""
         time.sleep(pause)
 
@@ -225,7 +227,7 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         def wait(pause: float) -> None:
             self.wait_for_transaction_lock(pause, deadline - time.monotonic())
 
-        for _ in retry_until(deadline, wait=wait):
+        for _ in retry_until(deadline, self.transaction_lock_wait, wait=wait):
             if self.take_transaction_lock(token, self.lease_seconds):
                 return
             if nonblock:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from dbwrap_py.errors import Timeout
-from dbwrap_py.retry import DEFAULT, JITTER_LOW, Backoff, retry_until
+from dbwrap_py.retry import DEFAULT, JITTER_LOW, UNTIL_WOKEN, Backoff, retry_until
 
 
 class FakeTime:
@@ -106,6 +106,19 @@ def test_a_wait_woken_early_keeps_the_backoff_and_the_deadline() -> None:
             t.now += 2.0  # the store is slow: the deadline passes during this try
     assert tries == 5
     assert asked == pytest.approx([0.01, 0.02, 0.04, 0.04])
+
+
+def test_until_woken_waits_all_that_is_left_each_time() -> None:
+    t = FakeTime()
+    asked: list[float] = []
+
+    def woken_after_a_quarter(seconds: float) -> None:
+        asked.append(seconds)
+        t.now += 0.25
+
+    for _ in retry_until(t.now + 1.0, UNTIL_WOKEN, wait=woken_after_a_quarter, clock=t.clock, rand=lambda: 0.0):
+        pass
+    assert asked == [1.0, 0.75, 0.5, 0.25]
 
 
 def test_a_backoff_must_have_0_lt_first_le_cap() -> None:

@@ -63,7 +63,6 @@ Client plumbing (sessions per process, errors, unknown outcomes): ``client.py``.
 from __future__ import annotations
 
 import os
-import random
 import secrets
 import socket
 import threading
@@ -79,6 +78,7 @@ from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.options import Options
+from dbwrap_py.retry import Backoff, retry_until
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_LEASE = 10.0
@@ -90,6 +90,10 @@ OPENER_TTL = 10
 SEEN_KEYS = 4096
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
+#: between two tries of an LWT that lost its Paxos round to contention: clients
+#: retrying in step keep one Paxos instance contended, the holder's release
+#: included (measured: 8 openers on 3 nodes timed out at a fixed 20 ms)
+CONTENDED = Backoff(first=0.01, cap=0.25)
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS {ks}.volatile (db text, k blob, v blob, owner text, "token" bigint,
@@ -257,9 +261,8 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         return self._locked_write(key, token, value, self.cql.write_end, "store and unlock")
 
     def _locked_write(self, key: bytes, token: int, value: bytes | None, cql: str, what: str) -> bool:
-        write_id = secrets.randbits(63)
-        deadline = time.monotonic() + self.op_timeout
-        while True:
+        write_id, applied = secrets.randbits(63), False
+        for _ in retry_until(time.monotonic() + self.op_timeout, CONTENDED):
             try:
                 applied, _ = self.client.batch(what, [
                     (cql, (value, *self._pk(key), self.owner, token)),
@@ -270,7 +273,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
                 applied = receipt == write_id
                 # not applied while the lock is still ours: Paxos lost to
                 # contention, not to another holder; send it again
-                if applied or holder != token or time.monotonic() >= deadline:
+                if applied or holder != token:
                     break
         if applied:
             self._remember(key, value)
@@ -374,23 +377,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         ks = self.config.keyspace
         lock = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
-        pause = 0.01
-        while True:
-            try:
-                applied, row = self.client.lwt("open", f"UPDATE {ks}.databases USING TTL ? SET opening = ? "
-                                               "WHERE db = ? IF opening = null",
-                                               (max(int(self.op_timeout), 1), lock, self.name))
-            except cc.OutcomeUnknown:  # contended Paxos: read who holds it
-                applied = self._open_row().opening == lock
-            if applied:
-                break
-            if time.monotonic() >= deadline:
-                raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
-            # backing off, with jitter: openers retrying in step keep one Paxos
-            # instance contended, the holder's release included (measured:
-            # 8 openers on 3 nodes timed out at a fixed 20 ms)
-            time.sleep(pause * (0.5 + random.random()))
-            pause = min(pause * 2, 0.25)
+        self._take_open_lock(lock, deadline)
         try:
             row = self._open_row()
             self.generation = row.generation or 0
@@ -412,6 +399,19 @@ class CassandraAdapter(TransactionalLeasedAdapter):
             self._let_open_lock_go(lock, deadline)
         self.db = f"{self.name}:{self.generation}"
 
+    def _take_open_lock(self, lock: int, deadline: float) -> None:
+        """The ``opening`` LWT lock of the database's row, tried again until ``deadline``."""
+        for _ in retry_until(deadline, CONTENDED):
+            try:
+                applied, _ = self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases USING TTL ? "
+                                             "SET opening = ? WHERE db = ? IF opening = null",
+                                             (max(int(self.op_timeout), 1), lock, self.name))
+            except cc.OutcomeUnknown:  # contended Paxos: read who holds it
+                applied = self._open_row().opening == lock
+            if applied:
+                return
+        raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
+
     def _open_row(self) -> Any:
         """The database's row at SERIAL: ``opening`` (the open lock), ``generation`` and ``layout``."""
         rows = self.client.run("open", f"SELECT opening, generation, layout FROM {self.config.keyspace}.databases "
@@ -430,15 +430,15 @@ class CassandraAdapter(TransactionalLeasedAdapter):
 
     def _let_open_lock_go(self, lock: int, deadline: float) -> None:
         """Until it is known gone: a release lost in contention would keep
-        every other opener waiting for its TTL."""
-        while True:
+        every other opener waiting for its TTL; past ``deadline``, left to its TTL."""
+        for _ in retry_until(deadline, CONTENDED):
             try:
                 self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases SET opening = null "
                                 "WHERE db = ? IF opening = ?", (self.name, lock))
                 return
             except cc.OutcomeUnknown:
-                if self._open_row().opening != lock or time.monotonic() >= deadline:
-                    return  # gone, or left to its TTL
+                if self._open_row().opening != lock:
+                    return  # gone
 
     # -- lifetime ---------------------------------------------------------------------
 

@@ -56,7 +56,8 @@ from typing import Any
 from dbwrap_py.adapters.cassandra import client as cc
 from dbwrap_py.errors import LockConflict, Timeout
 from dbwrap_py.nodecache.layout import BUCKETS, bucket_of
-from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
+                                            grant_tries)
 
 TOKEN_BITS = 40
 #: seconds between an agent's reads of its release requests (option request_poll)
@@ -438,9 +439,8 @@ class CassandraNodeStore(NodeStore):
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
         ks, (seconds, granted) = self.config.keyspace, self._seconds(ttl)
-        deadline = time.monotonic() + seconds + self.op_timeout  # a dead predecessor's lease may linger
         lease = secrets.randbits(63) or 1
-        while True:
+        for _ in grant_tries(seconds, self.op_timeout):
             try:
                 applied, _ = self.client.lwt("grant a node lease", f"INSERT INTO {ks}.nodes (name, lease) "
                                              "VALUES (?, ?) IF NOT EXISTS USING TTL ?", (node.decode(), lease, seconds))
@@ -448,12 +448,9 @@ class CassandraNodeStore(NodeStore):
                 rows = self.client.run("grant a node lease", self.cql.lease, (node.decode(),), serial=True)
                 applied = bool(rows) and rows[0].lease == lease
             if applied:
-                break
-            if time.monotonic() >= deadline:
-                raise LockConflict(f"node name {node.decode()!r} has a live agent")
-            time.sleep(0.2)
-        self._node = node
-        return NodeLease(lease, granted)
+                self._node = node
+                return NodeLease(lease, granted)
+        raise LockConflict(f"node name {node.decode()!r} has a live agent")
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         seconds, granted = self._seconds(lease.ttl + TTL_GRANULARITY)

@@ -59,6 +59,7 @@ from dbwrap_py.errors import ConfigError, Unavailable
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.options import Options
+from dbwrap_py.retry import DEFAULT, UNTIL_WOKEN
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_LEASE = 2.0
@@ -102,6 +103,9 @@ class FdbAdapter(TransactionalLeasedAdapter):
                     "transaction_timeout", "retry_limit", "page_size")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
+    #: a refused take leaves a watch on what refused it: a waiter sleeps on it
+    #: until woken, the holder's lease ends, or op_timeout
+    lock_wait = transaction_lock_wait = UNTIL_WOKEN
     transaction_lock_refused = "another process holds the transaction lock or a record lock"
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
@@ -177,7 +181,8 @@ class FdbAdapter(TransactionalLeasedAdapter):
         return self.store().take_lease(key, token, seconds, read)
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
-        self.store().wait_for_release(key, pause, self.op_timeout)
+        """``pause``: until op_timeout (``lock_wait``); a poll if no watch was left."""
+        self.store().wait_for_release(key, min(pause, DEFAULT.cap), pause)
 
     def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
         return bool(self.store().renew_lease(key, token, seconds))
@@ -225,7 +230,7 @@ class FdbAdapter(TransactionalLeasedAdapter):
         return self.take_transaction_lock(token, seconds)
 
     def wait_for_transaction_lock(self, pause: float, left: float) -> None:
-        self.store().wait_for_release(None, pause, left)  # the watch on what refused us
+        self.store().wait_for_release(None, min(pause, DEFAULT.cap), pause)  # the watch on what refused us
 
     def commit_transaction(self, token: int, writes: Writes) -> bool:
         return bool(self.store().commit_txn(token, writes))

@@ -35,7 +35,6 @@ from __future__ import annotations
 import secrets
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 from dbwrap_py.adapters.fdb import store as fs
 from dbwrap_py.errors import FencedOut, LockConflict
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
+                                            grant_tries)
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb.store import FdbStore
@@ -438,13 +438,11 @@ class FdbNodeStore(NodeStore):
             tr.set(keys.lease(node), _LEASE.pack(lease, version + int(ttl * fs.VERSIONS_PER_SECOND)))
             return True
 
-        deadline = time.monotonic() + ttl + self.op_timeout  # a dead predecessor's lease may linger
-        while not self.shared.run("node lease", body):
-            if time.monotonic() >= deadline:
-                raise LockConflict(f"node name {node.decode()!r} has a live agent")
-            time.sleep(0.2)
-        self._nodes[lease] = node
-        return NodeLease(lease, ttl)
+        for _ in grant_tries(ttl, self.op_timeout):
+            if self.shared.run("node lease", body):
+                self._nodes[lease] = node
+                return NodeLease(lease, ttl)
+        raise LockConflict(f"node name {node.decode()!r} has a live agent")
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         keys, node = self.shared.nodes, self._nodes[lease.id]

@@ -61,6 +61,7 @@ from dbwrap_py.errors import ConfigError, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.layout import BUCKETS
 from dbwrap_py.options import Options
+from dbwrap_py.retry import Backoff, retry_until
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_OBJECTS = 8
@@ -104,6 +105,8 @@ class RadosAdapter(TransactionalLeasedAdapter):
     option_names = (*LEASE_OPTIONS, "conf", "mon_host", "pool", "objects", "prefix", "user", "keyring")
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
+    #: a notify wakes a waiter; a dead holder sends none, so it polls
+    lock_wait = Backoff(first=0.01, cap=MAX_WAIT_POLL)
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -242,7 +245,7 @@ class RadosAdapter(TransactionalLeasedAdapter):
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
         """Watch the record's object, flag that we wait and try again at once;
-        once flagged, sleep until a notify (or MAX_WAIT_POLL)."""
+        once flagged, sleep until a notify or for ``pause`` (``lock_wait``)."""
         oid = self.oid_of(key)
         self._watch(oid)
         if key not in self._flagged:
@@ -251,7 +254,7 @@ class RadosAdapter(TransactionalLeasedAdapter):
             self._write(oid, lambda op: self.io.set_omap(op, ["w" + name], [b"1"]), "flag a waiter")
             self._flagged.add(key)
             return
-        self._waits.wait(oid, self._waits.seen.get(key, 0), min(max(pause, 0.01), MAX_WAIT_POLL))
+        self._waits.wait(oid, self._waits.seen.get(key, 0), pause)
         self._flagged.discard(key)  # a wake-up cleared the flag; a timeout may have too
 
     def _watch(self, oid: str) -> None:
@@ -335,12 +338,7 @@ class RadosAdapter(TransactionalLeasedAdapter):
     def _open_volatile(self) -> None:
         """Wipe if nobody else has it open (TDB_CLEAR_IF_FIRST), then join the openers."""
         cookie = f"{secrets.randbits(63):x}"
-        deadline = time.monotonic() + self.op_timeout
-        while self._write(self.meta_oid, lambda op: op.execute(
-                "lock", "lock", rc.lock_op("open", cookie, self.op_timeout)), "open") != 0:
-            if time.monotonic() >= deadline:
-                raise Timeout(f"{self.meta_oid}: another opener held the open lock past op_timeout")
-            time.sleep(0.02)
+        self._take_open_lock(cookie)
         try:
             self._read_meta()
             if self.spec.tdb_flags & 1 and not self._others_have_it_open():  # TDB_CLEAR_IF_FIRST
@@ -353,6 +351,14 @@ class RadosAdapter(TransactionalLeasedAdapter):
             self._write(self.meta_oid, lambda op: (
                 op.execute("lock", "assert_locked", rc.assert_op("open", cookie)),
                 op.rm_xattr(rc.lock_xattr("open"))), "open")
+
+    def _take_open_lock(self, cookie: str) -> None:
+        """cls_lock ``open`` on the meta object, tried again until op_timeout."""
+        for _ in retry_until(time.monotonic() + self.op_timeout):
+            if self._write(self.meta_oid, lambda op: op.execute(
+                    "lock", "lock", rc.lock_op("open", cookie, self.op_timeout)), "open") == 0:
+                return
+        raise Timeout(f"{self.meta_oid}: another opener held the open lock past op_timeout")
 
     def _read_meta(self) -> None:
         """The number of objects the database has (the first opener's

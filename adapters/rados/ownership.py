@@ -44,7 +44,8 @@ import rados
 from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.errors import LockConflict, Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
+                                            grant_tries)
 
 TOKEN_BITS = 40
 #: how often an agent reads its requests even without a notify (a lost watch)
@@ -395,15 +396,13 @@ class RadosNodeStore(NodeStore):
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
         oid = node_oid(self.prefix, node)
-        deadline = time.monotonic() + ttl + self.op_timeout  # a dead predecessor's lease may linger
         lease = secrets.randbits(63) or 1
-        while self.ops.write(oid, lambda op: op.execute(
-                "lock", "lock", rc.lock_op(LEASE_LOCK, f"{lease:x}", ttl)), "grant a node lease") != 0:
-            if time.monotonic() >= deadline:
-                raise LockConflict(f"node name {node.decode()!r} has a live agent")
-            time.sleep(0.2)
-        self._node = node
-        return NodeLease(lease, ttl)
+        for _ in grant_tries(ttl, self.op_timeout):
+            if self.ops.write(oid, lambda op: op.execute(
+                    "lock", "lock", rc.lock_op(LEASE_LOCK, f"{lease:x}", ttl)), "grant a node lease") == 0:
+                self._node = node
+                return NodeLease(lease, ttl)
+        raise LockConflict(f"node name {node.decode()!r} has a live agent")
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         oid = node_oid(self.prefix, self._node)

@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql
 from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
+                                            grant_tries)
 from dbwrap_py.options import Options
 from dbwrap_py.safe_files import sqlite_file
 
@@ -267,16 +268,13 @@ class SqliteNodeStore(NodeStore):
         return sql
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
-        deadline = time.monotonic() + ttl + self.op_timeout  # a dead predecessor's lease may linger
-        while True:
+        for _ in grant_tries(ttl, self.op_timeout):
             lease = secrets.randbits(63) or 1
             if self._cluster().run(f"""INSERT INTO cluster.nodes VALUES (?, ?, {NOW} + ?) ON CONFLICT (name)
                 DO UPDATE SET lease = excluded.lease, expires = excluded.expires WHERE expires <= {NOW}
                 RETURNING 1""", (node.decode(), lease, ttl)):
                 return NodeLease(lease, ttl)
-            if time.monotonic() >= deadline:
-                raise LockConflict(f"node name {node.decode()!r} has a live agent")
-            time.sleep(0.2)
+        raise LockConflict(f"node name {node.decode()!r} has a live agent")
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         sql = self._cluster()

@@ -41,12 +41,15 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from dbwrap_py.errors import AccessDenied, DbwrapError, LockConflict, Timeout, Unavailable
+from dbwrap_py.retry import Backoff, retry_until
 
 Op = tuple[Any, ...]
 #: kazoo logs every reconnect try; the bridge already logs each error we raise
 _QUIET = logging.getLogger("dbwrap_py.adapters.zookeeper.kazoo")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
+#: between two tries of a multi after a lost connection or session
+RECONNECT = Backoff(first=0.05, cap=0.2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +73,13 @@ def next_generation(data: bytes | None) -> str:
 
 
 def until(done: Callable[[], bool], seconds: float, nonblock: bool, what: str) -> None:
-    """Poll ``done`` (1 ms, doubling to 50 ms) until it holds or ``seconds`` pass."""
-    deadline, pause = time.monotonic() + seconds, 0.001
-    while not done():
+    """Poll ``done`` (dbwrap_py.retry's backoff) until it holds or ``seconds`` pass."""
+    for _ in retry_until(time.monotonic() + seconds):
+        if done():
+            return
         if nonblock:
             raise LockConflict(f"zookeeper: {what} held by another process")
-        if time.monotonic() + pause > deadline:
-            raise Timeout(f"zookeeper: {what} still held after {seconds:g} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    raise Timeout(f"zookeeper: {what} still held after {seconds:g} s")
 
 
 class Session:
@@ -154,16 +155,16 @@ class Session:
         failed. With ``retry`` (``ops`` may be applied twice), a lost
         connection or session is tried again until op_timeout: after a
         session expired, a new one answers."""
-        deadline = time.monotonic() + self.config.op_timeout
-        while True:
+        lost: Unavailable | None = None
+        for _ in retry_until(time.monotonic() + self.config.op_timeout, RECONNECT):
             try:
                 return self._multi(ops)
             except Unavailable as exc:
                 if not (retry and isinstance(exc.__cause__, (ConnectionLoss, SessionExpiredError))):
                     raise
-                if time.monotonic() + 0.05 > deadline:
-                    raise
-                time.sleep(0.05)
+                lost = exc
+        assert lost is not None  # every try raised it, or returned
+        raise lost
 
     def _multi(self, ops: Sequence[Op]) -> tuple[int, Exception] | None:
         self.round_trips += 1
@@ -223,9 +224,8 @@ class Session:
         current generation, our opener). Each registration rewrites
         ``openers``' data on the version it read, so a first opener's new
         generation is one atomic step, and a race just tries again."""
-        deadline = time.monotonic() + self.config.op_timeout
         me = f"{openers}/{os.getpid()}.{secrets.token_hex(6)}"
-        while time.monotonic() < deadline:
+        for _ in retry_until(time.monotonic() + self.config.op_timeout):
             data, stat = self._wait(self.client.get_async(openers), f"get {openers}")
             fresh = may_wipe and not self.children(openers)
             generation = next_generation(data) if fresh or not data else data.decode()

@@ -28,8 +28,8 @@ From these the framework builds ``lock``, ``lock_get`` (one round trip),
   its lease, whose lock someone else then took, cannot write: it gets
   FencedOut (NT_STATUS_FILE_LOCK_CONFLICT). This is the fence Jepsen found
   etcd's own locks need.
-* A waiter tries again with backoff and gives up with Timeout after
-  ``op_timeout``.
+* A waiter tries again with dbwrap_py.retry's backoff and gives up with
+  Timeout after ``op_timeout``.
 * A holder that must not lose a lock while it lives (the node daemon, for
   its live connections) calls ``keep_locks_alive`` every
   ``lock_renewal_seconds``. It needs a fourth primitive,
@@ -65,6 +65,7 @@ from typing import ClassVar
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
 from dbwrap_py.options import Options
+from dbwrap_py.retry import DEFAULT, Backoff, retry_until
 
 #: options every leased adapter reads; subclasses add their own
 LEASE_OPTIONS = ("lease", "op_timeout")
@@ -109,6 +110,9 @@ class LeasedAdapter(Adapter):
     lease_source: ClassVar[LeaseSource]
     #: seconds a server-side TTL may outlive its time (SERVER_TTL only)
     lease_slack: ClassVar[float] = 0.0
+    #: the pauses between tries for a held lock (dbwrap_py.retry); a store
+    #: that wakes its waiters (a watch) may wait longer
+    lock_wait: ClassVar[Backoff] = DEFAULT
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -167,24 +171,20 @@ class LeasedAdapter(Adapter):
     def _take(self, key: bytes, read: bool) -> bytes | None:
         token = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
-        pause = 0.001
-        while True:
+        for _ in retry_until(deadline, self.lock_wait, wait=lambda pause: self.wait_for_release(key, pause)):
             taken, value = self.take_lease(key, token, self.lease_seconds, read)
             if taken:
                 self._tokens[key] = token
                 return value
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Timeout(f"record lock not free within {self.op_timeout:g} s")
-            self.wait_for_release(key, min(pause, left))
-            pause = min(pause * 2, 0.05)
+        raise Timeout(f"record lock not free within {self.op_timeout:g} s")
 
     def wait_for_release(self, key: bytes, pause: float) -> None:
-        """Between two tries for a held lock: sleep ``pause`` (it doubles, up
-        to 50 ms). A store that can wake waiters when a lock goes (watches)
-        overrides it; it must return within ``pause`` or a short poll, since
-        a dead holder's lock ends without a wake-up, unless its store wakes
-        it then too (etcd deletes a lock key with its holder's lease)."""
+        """Between two tries for a held lock: sleep ``pause`` (``lock_wait``'s
+        backoff, never past op_timeout). A store that can wake waiters when
+        a lock goes (watches) overrides it; it must return within ``pause``,
+        or within a short poll, since a dead holder's lock ends without a
+        wake-up, unless its store wakes it then too (etcd deletes a lock key
+        with its holder's lease)."""
         time.sleep(pause)
 
     def unlock(self, key: bytes) -> None:

@@ -40,9 +40,7 @@ from dbwrap_py.adapter import Adapter, DatabaseSpec
 from dbwrap_py.errors import FencedOut, LockConflict, NotSupported, Timeout
 from dbwrap_py.leased import LeasedAdapter
 from dbwrap_py.options import Options
-
-#: seconds between two tries for a transaction lock (unless the store waits better)
-TRANSACTION_LOCK_PAUSE = 0.01
+from dbwrap_py.retry import DEFAULT, Backoff, retry_until
 
 Writes = dict[bytes, bytes | None]
 
@@ -83,6 +81,8 @@ class TransactionalLeasedAdapter(LeasedAdapter):
 
     #: LockConflict's message when ``nonblock`` finds the lock taken
     transaction_lock_refused: ClassVar[str] = "another process holds the transaction lock"
+    #: the pauses between tries for the transaction lock (dbwrap_py.retry)
+    transaction_lock_wait: ClassVar[Backoff] = DEFAULT
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
@@ -117,9 +117,10 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         return None
 
     def wait_for_transaction_lock(self, pause: float, left: float) -> None:
-        """Between two tries for the transaction lock (``left``: seconds until
+        """Between two tries for the transaction lock: ``pause`` is
+        ``transaction_lock_wait``'s backoff, never past ``left`` (seconds until
         op_timeout). A store that can wake the waiter overrides it."""
-        time.sleep(min(pause, left))
+        time.sleep(pause)
 
     def wait_for_record_lockers(self, token: int, nonblock: bool, deadline: float) -> None:
         """Optional: once ``token`` holds the transaction lock, wait until
@@ -213,19 +214,25 @@ class TransactionalLeasedAdapter(LeasedAdapter):
             raise NotSupported("a transaction is already running")
         token = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
-        while not self.take_transaction_lock(token, self.lease_seconds):
-            if nonblock:
-                raise LockConflict(self.transaction_lock_refused)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
-            self.wait_for_transaction_lock(TRANSACTION_LOCK_PAUSE, left)
+        self._take_transaction_lock(token, nonblock, deadline)
         try:
             self.wait_for_record_lockers(token, nonblock, deadline)
         except BaseException:
             self.release_transaction_lock(token)
             raise
         self._transaction = Transaction(token)
+
+    def _take_transaction_lock(self, token: int, nonblock: bool, deadline: float) -> None:
+        """Try until ``deadline``; with ``nonblock`` only once (LockConflict)."""
+        def wait(pause: float) -> None:
+            self.wait_for_transaction_lock(pause, deadline - time.monotonic())
+
+        for _ in retry_until(deadline, self.transaction_lock_wait, wait=wait):
+            if self.take_transaction_lock(token, self.lease_seconds):
+                return
+            if nonblock:
+                raise LockConflict(self.transaction_lock_refused)
+        raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")
 
     def transaction_commit(self) -> None:
         transaction = self._end("transaction_commit")

@@ -10,6 +10,7 @@ from dbwrap_py.adapter import DatabaseSpec
 from dbwrap_py.errors import FencedOut, LockConflict, NotSupported, Timeout
 from dbwrap_py.leased import KEEP, Keep, LeaseSource
 from dbwrap_py.options import Options
+from dbwrap_py.retry import Backoff
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 
@@ -72,6 +73,29 @@ class DictStore(TransactionalLeasedAdapter):
 
     def release_transaction_lock(self, token: int) -> None:
         if self.txn_holder == token:
+            self.txn_holder = None
+
+
+class Waiting(DictStore):
+    """Declares its own backoffs; its waits record the pauses and sleep not
+    at all, and the holder lets go during the third (second) wait."""
+
+    lock_wait = Backoff(first=0.004, cap=0.008)
+    transaction_lock_wait = Backoff(first=0.002, cap=0.002)
+
+    def __init__(self, spec: DatabaseSpec, options: Options) -> None:
+        super().__init__(spec, options)
+        self.pauses: list[float] = []
+
+    def wait_for_release(self, key: bytes, pause: float) -> None:
+        self.pauses.append(pause)
+        if len(self.pauses) == 3:
+            del self.holders[key]
+
+    def wait_for_transaction_lock(self, pause: float, left: float) -> None:
+        assert pause <= left
+        self.pauses.append(pause)
+        if len(self.pauses) == 2:
             self.txn_holder = None
 
 
@@ -157,3 +181,18 @@ def test_after_fork_the_parents_transaction_is_gone() -> None:
     assert db.get(b"k") is None
     with pytest.raises(NotSupported):
         db.transaction_commit()
+
+
+def test_waiters_pause_as_their_store_declares_until_the_holder_lets_go() -> None:
+    db = Waiting(DatabaseSpec("db.tdb"), Options({"lease": "1", "op_timeout": "30"}))
+    db.holders[b"k"] = 1
+    db.lock(b"k")
+    assert db.holders[b"k"] != 1 and len(db.pauses) == 3
+    first, second, third = db.pauses  # the steps 4, 8, 8 ms, each times a jitter factor in [0.5, 1]
+    assert 0.002 <= first <= 0.004 and 0.004 <= second <= 0.008 and 0.004 <= third <= 0.008
+    db.unlock(b"k")
+    db.pauses, db.txn_holder = [], 1
+    db.transaction_start()
+    assert db.txn_holder not in (None, 1) and len(db.pauses) == 2
+    assert all(0.001 <= pause <= 0.002 for pause in db.pauses)
+    db.transaction_cancel()

@@ -39,10 +39,21 @@ from __future__ import annotations
 
 import abc
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from dbwrap_py.errors import LockConflict, NotSupported
+from dbwrap_py.retry import Backoff, retry_until
+
+#: between two tries at a node name another agent's lease holds
+GRANT_WAIT = Backoff(first=0.05, cap=0.2)
+
+
+def grant_tries(ttl: float, op_timeout: float) -> Iterator[int]:
+    """``NodeStore.grant``'s tries at a node name: a dead predecessor's
+    lease may linger for ``ttl``, so until then and ``op_timeout`` more."""
+    return retry_until(time.monotonic() + ttl + op_timeout, GRANT_WAIT)
 
 
 @dataclass(frozen=True)

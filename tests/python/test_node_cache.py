@@ -418,13 +418,15 @@ def test_a_holder_hands_a_record_over_when_it_lets_go(backend, nodes, name):
     db.close()
 
 
-def test_a_waiter_for_another_nodes_record_backs_off_its_store_round_trips(backend, nodes, name):
+def test_a_waiter_for_another_nodes_record_backs_off_its_looks_at_the_store(backend, nodes, name):
     """While a process of node a holds a record for a second, node b's
     waiter looks at the store again and again, but with a growing pause
-    (cache.WAIT_POLL up to WAIT_POLL_MAX), not every 2 ms: each look is a
-    round trip, and a fixed 2 ms let waiters load the store (some 40 per
-    open over a 2 ms network) that the owner needs to hand the record over."""
-    from dbwrap_py.nodecache.cache import WAIT_POLL_MAX
+    (cache.TAKE_WAIT: 2 ms doubling to 32 ms, with jitter), not every 2 ms:
+    each look is a round trip or more, and a fixed 2 ms let waiters load the
+    store (some 40 per open over a 2 ms network) that the owner needs to
+    hand the record over."""
+    from dbwrap_py.nodecache.cache import TAKE_WAIT, NodeCache
+    from dbwrap_py.retry import JITTER_LOW
 
     a, b = nodes
     db = open_on(backend, a, name)
@@ -432,19 +434,31 @@ def test_a_waiter_for_another_nodes_record_backs_off_its_store_round_trips(backe
     db.lock(b"hot")
 
     def wait(_: Child) -> tuple[int, float]:
+        looks = 0
+        take_once = NodeCache._take_once
+
+        def counted(self, *args):  # in the forked child only
+            nonlocal looks
+            looks += 1
+            return take_once(self, *args)
+
+        NodeCache._take_once = counted
         on_b = open_on(backend, b, name)
-        before, started = backend.round_trips(on_b), time.monotonic()
+        started = time.monotonic()
         on_b.lock(b"hot")
         waited = time.monotonic() - started
         on_b.unlock(b"hot")
-        return backend.round_trips(on_b) - before, waited
+        return looks, waited
 
     waiter = Child(wait)
     time.sleep(1.0)
     db.unlock(b"hot", b"2")
-    trips, waited = waiter.result()
-    allowed = waited / WAIT_POLL_MAX * 4 + 20  # a look costs up to four (zookeeper); the take, its set-up
-    assert trips <= allowed, f"{trips} round trips in {waited:.2f} s of waiting (at most {allowed:.0f})"
+    looks, waited = waiter.result()
+    # the shortest pause at the cap is 16 ms; 10 for the ramp. TAKE_WAIT at a
+    # fixed 2 ms (the old rule) looks some 500 times in that second
+    assert TAKE_WAIT.cap * JITTER_LOW >= 0.016
+    allowed = waited / 0.016 + 10
+    assert 1 < looks <= allowed, f"{looks} looks at the store in {waited:.2f} s of waiting (at most {allowed:.0f})"
     db.close()
 
 

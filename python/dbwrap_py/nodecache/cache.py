@@ -34,6 +34,7 @@ from dbwrap_py.errors import FencedOut, Timeout, Unavailable
 from dbwrap_py.nodecache._fastpath import LocalRecords
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET, Bucket, Local, bucket_key, bucket_of
 from dbwrap_py.nodecache.protocol import OwnedElsewhere, Ownership
+from dbwrap_py.retry import Backoff, retry_until
 from dbwrap_py.nodecache.state import NodeState
 from dbwrap_py.safe_files import check_directory
 
@@ -41,14 +42,14 @@ from dbwrap_py.safe_files import check_directory
 HASH_SIZE = 10007
 #: how long a bucket that could not be claimed is left alone
 CLAIM_BACKOFF = 1.0
-#: how soon a process looks again while it waits for a record another node
-#: holds: WAIT_POLL after the first try, doubling up to WAIT_POLL_MAX. Each
-#: look is a round trip to the store; at a fixed 2 ms, the waiters of a hot
-#: record polled it some 40 times per open over a 2 ms network (bench
-#: cluster --network region, 16 clients), loading the store the owner needs
-#: to hand the record over
+#: how often a process looks again while it waits for released records of its own node
 WAIT_POLL = 0.002
-WAIT_POLL_MAX = 0.032
+#: how a process waits for a record another node holds (retry.py's policy):
+#: 2 ms doubling to 32 ms. Each look is a round trip to the store; at a
+#: fixed 2 ms, the waiters of a hot record looked some 40 times per open
+#: over a 2 ms network (bench cluster --network region, 16 clients),
+#: loading the store the owner hands the record over through
+TAKE_WAIT = Backoff(0.002, 0.032)
 #: how often it asks the same owner again: the owner may have handed the
 #: record over and taken it back before this process looked, and a served
 #: request is gone (seen: a waiter on rados starved for 20 s)
@@ -153,17 +154,13 @@ class NodeCache:
         claimed = self._via_bucket(key, lease, node)
         if claimed is not None:
             return claimed
-        deadline = time.monotonic() + self.op_timeout
-        pause = WAIT_POLL
-        while True:
+        holder = "a process"
+        for _ in retry_until(time.monotonic() + self.op_timeout, TAKE_WAIT):
             try:
                 return self._take_once(key, lease, node)
             except OwnedElsewhere as exc:
-                if time.monotonic() >= deadline:
-                    raise Timeout(f"record {key!r} not handed over within {self.op_timeout:g} s"
-                                  f" ({'node ' + exc.node.decode() if exc.node else 'a process'} holds it)") from None
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, WAIT_POLL_MAX)
+                holder = f"node {exc.node.decode()}" if exc.node else "a process"
+        raise Timeout(f"record {key!r} not handed over within {self.op_timeout:g} s ({holder} holds it)")
 
     def _via_bucket(self, key: bytes, lease: int, node: bytes) -> Local | None:
         """The record, owned through its bucket, claimed now if it can be

@@ -153,7 +153,8 @@ class _Collector:
 
 def agent_registry(agent: Any) -> Any:
     """The node agent's registry: its own counters read at each scrape, and
-    the lease renewal histogram, which ``agent.renewal_observer`` feeds."""
+    the lease renewal and release request histograms, which
+    ``agent.renewal_observer`` and ``agent.release_observer`` feed."""
     client = prometheus()
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -194,6 +195,11 @@ def agent_registry(agent: Any) -> Any:
                                  "seconds from sending a keepalive of the node lease to its answer",
                                  registry=registry, buckets=RENEWAL_BUCKETS)
     agent.renewal_observer = histogram.observe
+    served = client.Histogram(prefix + "release_request_seconds",
+                              "seconds from taking in another node's release request to serving it "
+                              "(a process of this node may hold the record meanwhile)",
+                              registry=registry, buckets=RENEWAL_BUCKETS)
+    agent.release_observer = served.observe
     return registry
 
 

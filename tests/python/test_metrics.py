@@ -122,6 +122,8 @@ AGENT_METRICS = [
     "dbwrap_py_node_agent_lease_valid_seconds",
     "dbwrap_py_node_agent_lease_renewal_seconds_count",
     "dbwrap_py_node_agent_lease_renewal_seconds_sum",
+    "dbwrap_py_node_agent_release_request_seconds_count",
+    "dbwrap_py_node_agent_release_request_seconds_sum",
 ]
 
 
@@ -159,6 +161,9 @@ def test_node_agent_counters_move_with_takes_hand_overs_and_hand_backs(nodes, cl
         > value(before_a, "dbwrap_py_node_agent_lease_renewal_seconds_count")))
     after_a = scrape(url_a)
     assert value(after_a, "dbwrap_py_node_agent_lease_regrants_total") == 0  # no lease lapsed
+    wait_for("each request served is timed", lambda: (
+        (now := scrape(url_a))[("dbwrap_py_node_agent_release_requests_served_total", ())]
+        == now[("dbwrap_py_node_agent_release_request_seconds_count", ())]))  # both from 0
     on_b.close()
     on_a.close()
 

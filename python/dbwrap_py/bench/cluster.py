@@ -329,7 +329,8 @@ class Sweep:
 #: the node agents' metrics a point records (summed over the nodes; per open):
 #: ownership moving between nodes, and the node leases' renewals
 AGENT_COUNTERS = ("release_requests_served_total", "records_handed_back_total", "lease_renewals_total",
-                  "lease_renewal_failures_total", "lease_regrants_total", "lease_renewal_seconds_sum")
+                  "lease_renewal_failures_total", "lease_regrants_total", "lease_renewal_seconds_sum",
+                  "release_request_seconds_sum")
 
 
 def _counters(config: Configuration, cluster: SambaCluster) -> Callable[[], dict[str, float]]:

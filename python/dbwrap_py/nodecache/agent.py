@@ -96,12 +96,16 @@ class NodeAgent:
         self.renewals = self.renewal_failures = self.regrants = 0
         #: told each answered keepalive's seconds (the metrics' histogram)
         self.renewal_observer: Callable[[float], None] | None = None
+        #: told, for each release request served, the seconds since the agent
+        #: took it in (the metrics' histogram: how long another node waited here)
+        self.release_observer: Callable[[float], None] | None = None
         #: records and buckets owned at the last vacuum pass, counted only
         #: while metrics are served (count_owned)
         self.count_owned = False
         self.owned_records = self.owned_buckets = 0
         self._published_until = 0.0  # CLOCK_MONOTONIC: what the state file says
-        self._pending: dict[tuple[bytes, bytes], None] = {}  # requests held by a process of the node
+        #: requests held by a process of the node: when each was taken in
+        self._pending: dict[tuple[bytes, bytes], float] = {}
         self._metrics: MetricsServer | None = None
         self._stopping = threading.Event()
         self._released = threading.Event()  # after the drain: keepalives end
@@ -254,12 +258,14 @@ class NodeAgent:
         while not self._stopping.is_set():
             try:
                 request = self._requests.get(timeout=RETRY_SECONDS if pending else 0.2)
-                pending[request] = None
+                pending.setdefault(request, time.monotonic())
             except queue.Empty:
                 pass
-            for request in list(pending):
+            for request, taken_in in list(pending.items()):
                 if self._serve(*request):
                     del pending[request]
+                    if self.release_observer is not None:
+                        self.release_observer(time.monotonic() - taken_in)
             if not pending and time.monotonic() >= next_vacuum and self._requests.empty():
                 self._vacuum()
                 next_vacuum = time.monotonic() + VACUUM_SECONDS

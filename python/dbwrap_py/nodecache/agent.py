@@ -264,8 +264,8 @@ class NodeAgent:
             for request, taken_in in list(pending.items()):
                 if self._serve(*request):
                     del pending[request]
-                    if self.release_observer is not None:
-                        self.release_observer(time.monotonic() - taken_in)
+                    if self.release_observer is not None and not is_sync_key(request[1]):
+                        self.release_observer(time.monotonic() - taken_in)  # as counted in served
             if not pending and time.monotonic() >= next_vacuum and self._requests.empty():
                 self._vacuum()
                 next_vacuum = time.monotonic() + VACUUM_SECONDS

@@ -60,15 +60,7 @@ def line_chart(lines: Mapping[str, Sequence[tuple[int, float]]], path: Path, tit
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.4)
     ax.legend(fontsize="small")
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7.5, style="italic", wrap=True)
-        fig.tight_layout(rect=(0, 0.08, 1, 1))
-    else:
-        fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path, note, 0.08)
 
 
 def cluster_charts(rows: Sequence[Mapping], stem: Path, nodes: int, reference: str, subtitle: str,
@@ -122,7 +114,7 @@ def memory_chart(rows: Sequence[Mapping], path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
@@ -150,12 +142,18 @@ def timeline_chart(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float
     axes[0][0].set_ylim(0, top * 1.05 or 1)  # shared by every panel: the highest second shows
     axes[0][0].set_ylabel("opens/s (1 s bins)")
     fig.suptitle(title)
+    return _save(fig, path, note, 0.07)
+
+
+def _save(fig, path: Path, note: str, note_height: float) -> Path:
+    """The figure at ``path``, with ``note`` in small italics below it (the
+    bottom ``note_height`` of the figure), and closed."""
     if note:
         fig.text(0.01, 0.01, note, fontsize=7.5, style="italic", wrap=True)
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
+        fig.tight_layout(rect=(0, note_height, 1, 1))
     else:
         fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path

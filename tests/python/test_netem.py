@@ -297,8 +297,12 @@ def test_a_refused_connection_is_reset_and_logged_naming_it(tmp_path):
         network.start_relay(network.members[0], Hold(1.0), Hold(1.0))
         source, target, namespace = (network.members[0].address, network.members[1].address,
                                      network.members[0].namespace)
-        out = subprocess.run([*network.members[0].exec_prefix(), sys.executable, "-c", client, target],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
+        done = subprocess.run([*network.members[0].exec_prefix(), sys.executable, "-c", client, target],
+                              capture_output=True, text=True, timeout=60)
+        log = tmp_path / f"tcp-delay-{namespace}.log"
+        assert done.returncode == 0, (f"the client failed ({done.returncode}): {done.stderr.strip()}; "
+                                      f"relay log: {log.read_text() if log.exists() else '(none)'}")
+    out = done.stdout
     assert out.strip() == "reset"
     (line,) = (tmp_path / f"tcp-delay-{namespace}.log").read_text().splitlines()
     assert line.startswith(f"tcp delay: {source}:") and f"-> {target}:9: ConnectionRefusedError" in line

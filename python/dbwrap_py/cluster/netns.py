@@ -16,9 +16,11 @@ where it is. Unix sockets (ctdbd's, smbd's messaging) are files, and work
 across namespaces as they did before.
 
 Everything is made with ``ip`` (iproute2) and removed by name at stop():
-the namespaces, the veths (a veth pair goes with either end), the bridge,
-and /run/netns (its mount, the folder) when this network was the one that
-made it.
+the namespaces, the veths (a veth pair goes with either end) and the
+bridge. /run/netns (the folder and the mount ``ip netns add`` makes of it)
+stays, as ip leaves it: another network of this host may be making its
+namespaces there at that moment (two test processes side by side did:
+the one that unmounted it made the other's ``ip netns exec`` fail).
 Processes run inside a namespace with ``ip netns exec``, which execs the
 command: the PID the caller gets is the process's own.
 
@@ -63,12 +65,6 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def _is_mount_point(path: Path) -> bool:
-    target = str(path)
-    with open("/proc/self/mountinfo") as mounts:
-        return any(line.split()[4] == target for line in mounts)
-
-
 def _used_subnets() -> set[str]:
     """The /24s of every IPv4 address in this namespace ("10.254.7")."""
     out = _ip("-4", "-o", "addr", "show").stdout
@@ -107,8 +103,6 @@ class NetnsNetwork(StartStop):
     log_dir: Path | None = None
     relays: list[TcpDelayRelay] = field(default_factory=list)
     members: list[NodeNetwork] = field(default_factory=list)
-    _made_netns_dir_mount: bool = False
-    _made_netns_dir: bool = False
     _made: list[tuple[str, str]] = field(default_factory=list)  # ("netns" | "link", name), in order
 
     @property
@@ -141,8 +135,6 @@ class NetnsNetwork(StartStop):
             raise NetnsError("every /24 of 10.254.0.0/16 is in use here")
         # one spread by the tag, so that two networks at once rarely try the same
         self.subnet = free[int(self.tag[-4:], 16) % len(free)]
-        self._made_netns_dir = not NETNS_DIR.exists()
-        self._made_netns_dir_mount = not _is_mount_point(NETNS_DIR)
         self._make()  # part-made, it is removed by stop() (StartStop)
 
     def _make(self) -> None:
@@ -209,11 +201,6 @@ class NetnsNetwork(StartStop):
                 errors.append(f"{kind} {name}: {result.stderr.strip()}")
         self._made.clear()
         self.members.clear()
-        if self._made_netns_dir_mount and NETNS_DIR.is_dir() and not any(NETNS_DIR.iterdir()):
-            if _is_mount_point(NETNS_DIR):
-                subprocess.run(["umount", str(NETNS_DIR)], check=False, timeout=30)
-            if self._made_netns_dir and not _is_mount_point(NETNS_DIR):
-                NETNS_DIR.rmdir()
         left = self.leftovers()
         if errors or left:
             raise NetnsError(f"the network was not removed: {errors} {left}")

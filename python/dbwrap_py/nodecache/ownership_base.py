@@ -25,6 +25,7 @@ from dbwrap_py.retry import retry_until
 TOKEN_BITS = 40
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 Request = tuple[bytes, bytes]  # (database id, key)
 
 
@@ -80,14 +81,14 @@ def grant_retrying(node: bytes, attempt: Callable[[], T], ttl: float, op_timeout
 
 # -- the agent's release requests ---------------------------------------------------------------
 
-def new_requests(read: Callable[[], Mapping[Hashable, Request | None]], wait: Callable[[], None],
+def new_requests(read: Callable[[], Mapping[K, Request | None]], wait: Callable[[], None],
                  stop: threading.Event) -> Iterator[Request]:
     """``NodeStore.requests`` for a store read in rounds: each round ``read``
     gives the requests standing, by an identity that changes when a request
     is made again (None: not a request); those not standing in the round
     before are yielded, each once while it stands; then ``wait`` (a poll's
     pause, or until the store says something changed), until ``stop``."""
-    seen: set[Hashable] = set()
+    seen: set[K] = set()
     while not stop.is_set():
         found = read()
         for identity, request in found.items():

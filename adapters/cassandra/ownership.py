@@ -54,12 +54,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dbwrap_py.adapters.cassandra import client as cc
-from dbwrap_py.errors import LockConflict, Timeout
+from dbwrap_py.errors import Timeout
 from dbwrap_py.nodecache.layout import BUCKETS, bucket_of
-from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
-                                            grant_tries)
+from dbwrap_py.nodecache.ownership_base import (
+    PerDatabase,
+    attempts,
+    generation_of,
+    grant_retrying,
+    holder_mark,
+    new_requests,
+    new_token,
+    parse_holder_mark,
+)
+from dbwrap_py.nodecache.ownership_base import wipe_revision as wipe_revision  # for adapter.py
+from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 
-TOKEN_BITS = 40
 #: seconds between an agent's reads of its release requests (option request_poll)
 REQUEST_POLL = 0.05
 #: Cassandra's TTLs are whole seconds and expire on a whole second: a lease
@@ -69,26 +78,12 @@ TTL_GRANULARITY = 1
 IN_BUCKETS = 100
 
 
-def wipe_revision(generation: int) -> int:
-    """The last token a database could have had before its ``generation``-th wipe."""
-    return (generation << TOKEN_BITS) - 1 if generation else 0
-
-
-def new_token(generation: int) -> int:
-    return (generation << TOKEN_BITS) | (secrets.randbits(TOKEN_BITS) or 1)
-
-
-def generation_of(token: int) -> int:
-    return token >> TOKEN_BITS
-
-
 def holder(node: bytes, lease: int) -> str:
-    return f"{node.decode()}:{lease:x}"
+    return holder_mark(node, lease).decode()
 
 
 def parse_holder(value: str | None) -> tuple[bytes, int]:
-    node, _, lease = (value or "").rpartition(":")
-    return node.encode(), int(lease or "0", 16)
+    return parse_holder_mark((value or "").encode())
 
 
 def request_ttl(op_timeout: float) -> int:
@@ -234,8 +229,7 @@ class CassandraOwnership(Ownership):
     def take(self, key: bytes, node: bytes, lease: int) -> Taken:
         generation = self._current()
         guess, hold = self._seen.get(key), NO_HOLD
-        deadline = time.monotonic() + self.op_timeout
-        while True:
+        for _ in attempts(self.op_timeout, f"take {key!r}: its row"):
             token = new_token(generation)
             args = (holder(node, lease), token, secrets.randbits(63), *self._pk(key, generation),
                     *hold.guesses(), guess)
@@ -261,8 +255,6 @@ class CassandraOwnership(Ownership):
                         self._seen[key] = guess
                         raise OwnedElsewhere(owner, f"{key!r} is held by node {owner.decode()}")
                     hold = hold.cleared()
-            if time.monotonic() >= deadline:
-                raise Timeout(f"take {key!r}: its row kept changing for {self.op_timeout:g} s")
             # else free (a dead hold removed, a wrong guess, or detached): again, guarded on what was read
 
     def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
@@ -426,7 +418,8 @@ class CassandraNodeStore(NodeStore):
         self.op_timeout = config.op_timeout
         self.cql = _Cql(config.keyspace)
         self._node = b""  # the node granted a lease, for its keepalives
-        self._databases: dict[bytes, CassandraOwnership] = {}
+        self._databases = PerDatabase(lambda db_id: CassandraOwnership(
+            self.client, db_id.decode(), None, self.op_timeout))
         #: the request polls sent (bench/cassandra_request_poll.py)
         self.polls = 0
 
@@ -440,17 +433,18 @@ class CassandraNodeStore(NodeStore):
     def grant(self, node: bytes, ttl: float) -> NodeLease:
         ks, (seconds, granted) = self.config.keyspace, self._seconds(ttl)
         lease = secrets.randbits(63) or 1
-        for _ in grant_tries(seconds, self.op_timeout):
+
+        def attempt() -> bool:
             try:
-                applied, _ = self.client.lwt("grant a node lease", f"INSERT INTO {ks}.nodes (name, lease) "
-                                             "VALUES (?, ?) IF NOT EXISTS USING TTL ?", (node.decode(), lease, seconds))
+                return self.client.lwt("grant a node lease", f"INSERT INTO {ks}.nodes (name, lease) "
+                                       "VALUES (?, ?) IF NOT EXISTS USING TTL ?", (node.decode(), lease, seconds))[0]
             except cc.OutcomeUnknown:
                 rows = self.client.run("grant a node lease", self.cql.lease, (node.decode(),), serial=True)
-                applied = bool(rows) and rows[0].lease == lease
-            if applied:
-                self._node = node
-                return NodeLease(lease, granted)
-        raise LockConflict(f"node name {node.decode()!r} has a live agent")
+                return bool(rows) and rows[0].lease == lease
+
+        grant_retrying(node, attempt, seconds, self.op_timeout)
+        self._node = node
+        return NodeLease(lease, granted)
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         seconds, granted = self._seconds(lease.ttl + TTL_GRANULARITY)
@@ -471,22 +465,17 @@ class CassandraNodeStore(NodeStore):
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
         cql = f"SELECT db, k, asked FROM {self.config.keyspace}.requests WHERE node = ?"
-        seen: set[tuple[str, bytes, int]] = set()  # each request once: the agent keeps it until it is served
-        while not stop.is_set():
+
+        def read() -> dict[tuple[str, bytes, int], tuple[bytes, bytes]]:
             self.polls += 1
-            rows = {(r.db, r.k, r.asked) for r in self.client.run("release requests", cql, (node.decode(),))}
-            for db, key, asked in rows - seen:
-                yield db.encode(), key[1:]
-            seen = rows
-            stop.wait(self.poll)
+            rows = self.client.run("release requests", cql, (node.decode(),))
+            return {(r.db, r.k, r.asked): (r.db.encode(), r.k[1:]) for r in rows}
+
+        return new_requests(read, lambda: stop.wait(self.poll), stop)
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         self.client.lwt("traverse request answered", self.cql.answered,
                         (node.decode(), db_id.decode(), cc.stored_key(key)))
 
     def database(self, db_id: bytes) -> CassandraOwnership:
-        ownership = self._databases.get(db_id)
-        if ownership is None:
-            ownership = self._databases[db_id] = CassandraOwnership(self.client, db_id.decode(), None,
-                                                                    self.op_timeout)
-        return ownership
+        return self._databases(db_id)

@@ -30,8 +30,8 @@ from dbwrap_py.adapters.etcd.keys import (
     request,
     requests_prefix,
 )
-from dbwrap_py.errors import LockConflict
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.nodecache.ownership_base import grant_retrying
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 
 #: (path, body, idempotent) -> the gateway's reply; the caller sets the deadline
@@ -254,15 +254,10 @@ class EtcdNodeStore(NodeStore):
         reply = self._call("/v3/lease/grant", {"TTL": str(int(ttl))})
         lease = NodeLease(int(reply["ID"]), float(reply.get("TTL", ttl)))
         key = registration(self.prefix, node)
-        deadline = time.monotonic() + ttl + self.config.op_timeout  # a dead predecessor's lease may linger
-        while True:
-            reply = self._call("/v3/kv/txn", {"compare": [compare_create(key, 0)],
-                                              "success": [put_op(key, b"agent", lease.id)]})
-            if reply.get("succeeded"):
-                return lease
-            if time.monotonic() >= deadline:
-                raise LockConflict(f"node name {node.decode()!r} is registered by a live agent")
-            time.sleep(0.2)
+        grant_retrying(node, lambda: bool(self._call("/v3/kv/txn", {
+            "compare": [compare_create(key, 0)], "success": [put_op(key, b"agent", lease.id)]}).get("succeeded")),
+            ttl, self.config.op_timeout, "is registered by a live agent")
+        return lease
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         reply = self._keepalives.call("/v3/lease/keepalive", {"ID": str(lease.id)},

@@ -40,10 +40,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dbwrap_py.adapters.fdb import store as fs
-from dbwrap_py.errors import FencedOut, LockConflict
+from dbwrap_py.errors import FencedOut
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
-                                            grant_tries)
+from dbwrap_py.nodecache.ownership_base import (
+    CalledOwnership,
+    PerDatabase,
+    elsewhere,
+    grant_retrying,
+    new_requests,
+    taken,
+)
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb.store import FdbStore
@@ -193,21 +200,21 @@ class NodeOps:
         return version
 
     def take(self, key: bytes, node: bytes, lease: int) -> tuple[Any, ...]:
-        """("taken", value, token, via_bucket) or ("elsewhere", node or None, why)."""
+        """``taken`` or ``elsewhere`` (ownership_base), plain values."""
         store = self.store
 
         def body(tr: Any, _: bool) -> tuple[Any, ...]:
             version = self._own_lease(tr, node, lease)
             value = store.read_record(tr, key)
             if store.lock_expiry(tr, key) > version:
-                return ("elsewhere", None, f"{key!r} is locked by a process")
+                return elsewhere(None, f"{key!r} is locked by a process")
             owner = holder(tr, store, key, version)
             if owner is not None:
                 if owner.node != node or owner.lease != lease:
-                    return ("elsewhere", owner.node, f"{key!r} is node {owner.node.decode()}'s")
-                return ("taken", value, owner.token, owner.via_bucket)  # a taker of ours died before keeping it
+                    return elsewhere(owner.node, f"{key!r} is node {owner.node.decode()}'s")
+                return taken(value, owner.token, owner.via_bucket)  # a taker of ours died before keeping it
             tr.set(self.keys.lock(key), _HELD.pack(version, lease) + node)
-            return ("taken", value, version, False)
+            return taken(value, version)
 
         return store.run("node take", body)
 
@@ -365,67 +372,19 @@ class NodeOps:
         return self.store.run("release request waiting", body)
 
 
-class FdbOwnership(Ownership):
+class FdbOwnership(CalledOwnership):
     """One database's ownership operations, through ``call(method, *args)``:
-    the process's store, or its relay after a fork."""
-
-    def __init__(self, call: Callable[..., Any], op_timeout: float) -> None:
-        self._call = call
-        self.op_timeout = op_timeout
-
-    def take(self, key: bytes, node: bytes, lease: int) -> Taken:
-        result = self._call("take", key, node, lease)
-        if result[0] == "elsewhere":
-            raise OwnedElsewhere(result[1], result[2])
-        return Taken(result[1], result[2], via_bucket=result[3])
-
-    def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
-        result = self._call("claim", bucket, node, lease)
-        return Claim(result[0], result[1]) if result is not None else None
-
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
-        self._call("request_release", key, owner, requester_lease)
-
-    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
-                   node: bytes, lease: int) -> bool:
-        return bool(self._call("write_back", key, value, token, via_bucket, node, lease))
-
-    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
-        self._call("let_go", key, node, lease)
-
-    def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
-        return bool(self._call("write_through", key, value, token, via_bucket))
-
-    def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
-        return bool(self._call("release_bucket", bucket, token, dict(records)))
-
-    def owner(self, key: bytes) -> bytes | None:
-        return self._call("owner", key)
-
-    def owners(self) -> frozenset[bytes]:
-        return frozenset(self._call("owners"))
-
-    def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
-        return bool(self._call("request_waiting", key, owner, requester_lease))
+    the process's store (``NodeOps``), or its relay after a fork."""
 
 
 class FdbNodeStore(NodeStore):
     """The node agent's side: its lease and its release requests, on its own network."""
 
     def __init__(self, open_store: Callable[[bytes], FdbStore], op_timeout: float) -> None:
-        self._open_store = open_store
         self.op_timeout = op_timeout
-        self._stores: dict[bytes, FdbStore] = {}
-        self._lock = threading.Lock()
+        self._store = PerDatabase(open_store)
         self._nodes: dict[int, bytes] = {}  # lease -> the node it was granted to
         self.shared = self._store(b"\0")  # the node keys only: no database has this name
-
-    def _store(self, db_id: bytes) -> FdbStore:
-        with self._lock:
-            store = self._stores.get(db_id)
-            if store is None:
-                store = self._stores[db_id] = self._open_store(db_id)
-            return store
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
         keys, lease = self.shared.nodes, secrets.randbits(63) or 1
@@ -438,11 +397,9 @@ class FdbNodeStore(NodeStore):
             tr.set(keys.lease(node), _LEASE.pack(lease, version + int(ttl * fs.VERSIONS_PER_SECOND)))
             return True
 
-        for _ in grant_tries(ttl, self.op_timeout):
-            if self.shared.run("node lease", body):
-                self._nodes[lease] = node
-                return NodeLease(lease, ttl)
-        raise LockConflict(f"node name {node.decode()!r} has a live agent")
+        grant_retrying(node, lambda: self.shared.run("node lease", body), ttl, self.op_timeout)
+        self._nodes[lease] = node
+        return NodeLease(lease, ttl)
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         keys, node = self.shared.nodes, self._nodes[lease.id]
@@ -470,33 +427,30 @@ class FdbNodeStore(NodeStore):
         (a watch on it, set in the transaction that read them)."""
         keys = self.shared.nodes
         begin = keys.requests(node)
-        # (request key, nonce): a request asked again is new, one kept alive (request_waiting) is not
-        seen: set[tuple[bytes, int]] = set()
+        doorbell: list[Any] = []  # the watch set by the last read
 
-        def body(tr: Any, _: bool) -> tuple[list[tuple[bytes, int]], Any]:
-            version = tr.get_read_version().wait()
-            found = []
+        def body(tr: Any, _: bool) -> dict[tuple[bytes, int], tuple[bytes, bytes]]:
+            # by (request key, nonce): a request asked again is new, one kept alive (request_waiting) is not
+            version, found = tr.get_read_version().wait(), {}
             for kv in tr.get_range(begin, fs.prefix_end(begin)):
                 expiry, nonce = _REQUEST.unpack(bytes(kv.value))
                 if expiry <= version:
                     tr.clear(bytes(kv.key))  # its requester stopped asking
                 else:
-                    found.append((bytes(kv.key), nonce))
-            return found, tr.watch(keys.doorbell(node))
+                    db, rest = fs.decode(bytes(kv.key)[len(begin):])
+                    found[(bytes(kv.key), nonce)] = (db, fs.decode(rest)[0])
+            doorbell[:] = [tr.watch(keys.doorbell(node))]
+            return found
 
-        while not stop.is_set():
-            found, doorbell = self.shared.run("release requests", body)
-            for request in found:
-                if request not in seen:
-                    db, rest = fs.decode(request[0][len(begin):])
-                    yield db, fs.decode(rest)[0]
-            seen = set(found)
+        def wait() -> None:
             rung = threading.Event()
-            doorbell.on_ready(lambda _future: rung.set())
+            doorbell[0].on_ready(lambda _future: rung.set())
             while not rung.wait(DOORBELL_SLICE) and not stop.is_set():
                 pass
-            if not doorbell.is_ready():
-                doorbell.cancel()
+            if not doorbell[0].is_ready():
+                doorbell[0].cancel()
+
+        return new_requests(lambda: self.shared.run("release requests", body), wait, stop)
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         keys = self._store(db_id).nodes
@@ -507,7 +461,5 @@ class FdbNodeStore(NodeStore):
         return FdbOwnership(lambda method, *args: store.ownership(method, *args), self.op_timeout)
 
     def close(self) -> None:
-        with self._lock:
-            stores, self._stores = list(self._stores.values()), {}
-        for store in stores:
+        for store in self._store.take_all():
             store.close()

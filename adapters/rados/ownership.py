@@ -42,12 +42,14 @@ from dataclasses import dataclass
 import rados
 
 from dbwrap_py.adapters.rados import client as rc
-from dbwrap_py.errors import LockConflict, Timeout, Unavailable
+from dbwrap_py.errors import Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
-                                            grant_tries)
+from dbwrap_py.nodecache.ownership_base import PerDatabase, attempts, grant_retrying, new_requests, new_token
+from dbwrap_py.nodecache.ownership_base import holder_mark as holder
+from dbwrap_py.nodecache.ownership_base import parse_holder_mark as parse_holder
+from dbwrap_py.nodecache.ownership_base import wipe_revision as wipe_revision  # for adapter.py
+from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 
-TOKEN_BITS = 40
 #: how often an agent reads its requests even without a notify (a lost watch)
 REQUESTS_POLL = 1.0
 #: the node lease's cls_lock
@@ -56,24 +58,6 @@ LEASE_LOCK = "lease"
 
 def node_oid(prefix: str, node: bytes) -> str:
     return f"{prefix}/_nodes/{node.decode()}"
-
-
-def holder(node: bytes, lease: int) -> bytes:
-    return b"%s:%x" % (node, lease)
-
-
-def parse_holder(value: bytes) -> tuple[bytes, int]:
-    node, _, lease = value.rpartition(b":")
-    return node, int(lease or b"0", 16)
-
-
-def wipe_revision(epoch: int) -> int:
-    """The last token a database could have had before its ``epoch``-th wipe."""
-    return (epoch << TOKEN_BITS) - 1 if epoch else 0
-
-
-def new_token(epoch: int) -> int:
-    return (epoch << TOKEN_BITS) | (secrets.randbits(TOKEN_BITS) or 1)
 
 
 @dataclass(frozen=True)
@@ -174,8 +158,7 @@ class RadosOwnership(Ownership):
     def take(self, key: bytes, node: bytes, lease: int) -> Taken:
         names, oid = Names.of(key), self.oid_of(key)
         found: dict[str, bytes] = {}
-        deadline = time.monotonic() + self.op_timeout
-        while True:
+        for _ in attempts(self.op_timeout, f"take {key!r}: its entries"):
             token = new_token(self.epoch)
 
             def build(op: rados.WriteOp) -> None:
@@ -199,8 +182,6 @@ class RadosOwnership(Ownership):
                 owner = self.settle(key, held)
                 if owner is not None:
                     raise OwnedElsewhere(owner, f"{key!r} is held by node {owner.decode()}")
-            if time.monotonic() >= deadline:
-                raise Timeout(f"take {key!r}: its entries kept changing for {self.op_timeout:g} s")
             # else free (a dead hold removed, or detached): again, guarded on what was read
 
     def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
@@ -390,19 +371,18 @@ class RadosNodeStore(NodeStore):
         self.ops = rc.Ops(config)
         self.prefix = prefix
         self.op_timeout = op_timeout
-        self._databases: dict[bytes, RadosOwnership] = {}
+        self._databases = PerDatabase(self._open)
         self._watch: object | None = None
         self._node = b""  # the node granted a lease, for its keepalives
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
         oid = node_oid(self.prefix, node)
         lease = secrets.randbits(63) or 1
-        for _ in grant_tries(ttl, self.op_timeout):
-            if self.ops.write(oid, lambda op: op.execute(
-                    "lock", "lock", rc.lock_op(LEASE_LOCK, f"{lease:x}", ttl)), "grant a node lease") == 0:
-                self._node = node
-                return NodeLease(lease, ttl)
-        raise LockConflict(f"node name {node.decode()!r} has a live agent")
+        grant_retrying(node, lambda: self.ops.write(oid, lambda op: op.execute(
+            "lock", "lock", rc.lock_op(LEASE_LOCK, f"{lease:x}", ttl)), "grant a node lease") == 0,
+            ttl, self.op_timeout)
+        self._node = node
+        return NodeLease(lease, ttl)
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         oid = node_oid(self.prefix, self._node)
@@ -432,21 +412,21 @@ class RadosNodeStore(NodeStore):
         with rc.translated("watch for release requests"):
             watch = self.ops.io.watch(oid, lambda *_: woken.put(None), timeout=30)
         self._watch = watch
-        seen: set[tuple[str, bytes]] = set()  # each request once: the agent keeps it until it is served
+
+        def read() -> dict[tuple[str, bytes], tuple[bytes, bytes] | None]:
+            # by (entry, nonce): a request made again is new
+            return {entry: parse_request(entry[0]) for entry in self.ops.page(oid, "", "q", "release requests")[0]}
+
+        def wait() -> None:
+            try:
+                woken.get(timeout=REQUESTS_POLL)
+                while not woken.empty():
+                    woken.get_nowait()
+            except queue.Empty:
+                pass
+
         try:
-            while not stop.is_set():
-                entries, _ = self.ops.page(oid, "", "q", "release requests")
-                for entry in entries:
-                    parsed = parse_request(entry[0])
-                    if parsed is not None and entry not in seen:
-                        yield parsed
-                seen = set(entries)
-                try:
-                    woken.get(timeout=REQUESTS_POLL)
-                    while not woken.empty():
-                        woken.get_nowait()
-                except queue.Empty:
-                    pass
+            yield from new_requests(read, wait, stop)
         finally:
             self._watch = None
             try:
@@ -458,17 +438,16 @@ class RadosNodeStore(NodeStore):
         self.database(db_id).served(node, key)
 
     def database(self, db_id: bytes) -> RadosOwnership:
-        ownership = self._databases.get(db_id)
-        if ownership is None:
-            meta_oid = f"{self.prefix}/{db_id.decode()}"
-            with rc.translated("find the database"):
-                try:
-                    objects = int(self.ops.io.get_xattr(meta_oid, "n") or b"1")
-                except rados.ObjectNotFound:
-                    raise Unavailable(f"database {db_id.decode()!r}: no {meta_oid} in the pool") from None
-            ownership = self._databases[db_id] = RadosOwnership(
-                self.ops, self.prefix, meta_oid, db_id, objects, 0, self.op_timeout)
-        return ownership
+        return self._databases(db_id)
+
+    def _open(self, db_id: bytes) -> RadosOwnership:
+        meta_oid = f"{self.prefix}/{db_id.decode()}"
+        with rc.translated("find the database"):
+            try:
+                objects = int(self.ops.io.get_xattr(meta_oid, "n") or b"1")
+            except rados.ObjectNotFound:
+                raise Unavailable(f"database {db_id.decode()!r}: no {meta_oid} in the pool") from None
+        return RadosOwnership(self.ops, self.prefix, meta_oid, db_id, objects, 0, self.op_timeout)
 
 
 #: keepalives given up on while in flight

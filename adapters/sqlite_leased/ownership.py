@@ -33,10 +33,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql
-from dbwrap_py.errors import ConfigError, FencedOut, LockConflict, Unavailable
+from dbwrap_py.errors import ConfigError, FencedOut, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import (Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken,
-                                            grant_tries)
+from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
+from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 from dbwrap_py.options import Options
 from dbwrap_py.safe_files import sqlite_file
 
@@ -244,7 +244,7 @@ class SqliteNodeStore(NodeStore):
         self.op_timeout = op_timeout
         self._local = threading.local()
         self._connections: list[Sql] = []
-        self._databases: dict[bytes, SqliteOwnership] = {}
+        self._databases = PerDatabase(self._open)
 
     @classmethod
     def from_options(cls, options: Options) -> "SqliteNodeStore":
@@ -268,13 +268,13 @@ class SqliteNodeStore(NodeStore):
         return sql
 
     def grant(self, node: bytes, ttl: float) -> NodeLease:
-        for _ in grant_tries(ttl, self.op_timeout):
+        def attempt() -> int:  # the new lease, 0 while a live agent has the name
             lease = secrets.randbits(63) or 1
-            if self._cluster().run(f"""INSERT INTO cluster.nodes VALUES (?, ?, {NOW} + ?) ON CONFLICT (name)
-                DO UPDATE SET lease = excluded.lease, expires = excluded.expires WHERE expires <= {NOW}
-                RETURNING 1""", (node.decode(), lease, ttl)):
-                return NodeLease(lease, ttl)
-        raise LockConflict(f"node name {node.decode()!r} has a live agent")
+            return lease if self._cluster().run(f"""INSERT INTO cluster.nodes VALUES (?, ?, {NOW} + ?) ON CONFLICT
+                (name) DO UPDATE SET lease = excluded.lease, expires = excluded.expires WHERE expires <= {NOW}
+                RETURNING 1""", (node.decode(), lease, ttl)) else 0
+
+        return NodeLease(grant_retrying(node, attempt, ttl, self.op_timeout), ttl)
 
     def keepalive(self, lease: NodeLease, timeout: float) -> float:
         sql = self._cluster()
@@ -291,20 +291,18 @@ class SqliteNodeStore(NodeStore):
         # stop), never by close() from another thread while it is in use:
         # Python's sqlite3 may crash on a connection closed under a query.
         sql = self._connect(":memory:", closed_by_close=False)
-        seen: set[int] = set()  # each request once: the agent keeps it until it is served
-        next_cleanup = 0.0
+        next_cleanup = [0.0]
+
+        def read() -> dict[int, tuple[bytes, bytes]]:
+            if time.monotonic() >= next_cleanup[0]:  # requests whose requesters stopped asking
+                sql.run(f"DELETE FROM cluster.requests WHERE expires <= {NOW}")
+                next_cleanup[0] = time.monotonic() + 1.0
+            rows = sql.run(f"SELECT id, db, k FROM cluster.requests WHERE node = ? AND expires > {NOW}",
+                           (node.decode(),))
+            return {request: (db.encode(), key) for request, db, key in rows}  # by id: asked again is new
+
         try:
-            while not stop.is_set():
-                if time.monotonic() >= next_cleanup:  # requests whose requesters stopped asking
-                    sql.run(f"DELETE FROM cluster.requests WHERE expires <= {NOW}")
-                    next_cleanup = time.monotonic() + 1.0
-                rows = sql.run(f"SELECT id, db, k FROM cluster.requests WHERE node = ? AND expires > {NOW}",
-                               (node.decode(),))
-                for request, db, key in rows:
-                    if request not in seen:
-                        yield db.encode(), key
-                seen = {row[0] for row in rows}
-                stop.wait(POLL_SECONDS)
+            yield from new_requests(read, lambda: stop.wait(POLL_SECONDS), stop)
         finally:
             sql.conn.close()
 
@@ -313,14 +311,14 @@ class SqliteNodeStore(NodeStore):
 
     def database(self, db_id: bytes) -> SqliteOwnership:
         """For the agent's main thread: its connection to the database's file."""
-        ownership = self._databases.get(db_id)
-        if ownership is None:
-            rows = self._cluster().run("SELECT path FROM cluster.databases WHERE id = ?", (db_id.decode(),))
-            if not rows:
-                raise Unavailable(f"database {db_id.decode()!r} is not in {self.cluster_file}")
-            sql = self._connect(rows[0][0] + ".sqlite", db_id)
-            ownership = self._databases[db_id] = SqliteOwnership(lambda: sql, db_id, self.op_timeout)
-        return ownership
+        return self._databases(db_id)
+
+    def _open(self, db_id: bytes) -> SqliteOwnership:
+        rows = self._cluster().run("SELECT path FROM cluster.databases WHERE id = ?", (db_id.decode(),))
+        if not rows:
+            raise Unavailable(f"database {db_id.decode()!r} is not in {self.cluster_file}")
+        sql = self._connect(rows[0][0] + ".sqlite", db_id)
+        return SqliteOwnership(lambda: sql, db_id, self.op_timeout)
 
     def close(self) -> None:
         for sql in self._connections:

@@ -25,6 +25,7 @@ from kazoo.exceptions import NodeExistsError
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, record_ops, until
 from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.nodecache.ownership_base import new_token, wipe_revision as _wipe_revision
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
 from dbwrap_py.options import Options
 
@@ -40,7 +41,7 @@ def generation_of(root: str) -> int:
 
 
 def wipe_revision(root: str) -> int:
-    return max(0, (generation_of(root) << RANDOM_BITS) - 1)
+    return _wipe_revision(generation_of(root), RANDOM_BITS)
 
 
 def znode(root: str, kind: str, key: bytes, token: int | None = None) -> str:
@@ -95,7 +96,7 @@ class ZkOwnership(Ownership):
         return f"{self.nodes}/r/{node.decode()}/{self.db.hex()}.{key.hex()}"
 
     def new_token(self) -> int:
-        return (generation_of(self.root()) << RANDOM_BITS) | (secrets.randbits(RANDOM_BITS) or 1)
+        return new_token(generation_of(self.root()), RANDOM_BITS)
 
     def live(self, holder: Holder) -> bool:
         return self.zk().stat(lease_path(self.nodes, holder.lease)) is not None

@@ -397,7 +397,13 @@ def _run(command: list[str], cwd: Path, timeout: float,
     lines: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           cwd=cwd) as process:
-        watchdog = threading.Timer(timeout, process.kill)
+        expired = threading.Event()  # set before the kill, so seen once its output ends
+
+        def kill() -> None:
+            expired.set()
+            process.kill()
+
+        watchdog = threading.Timer(timeout, kill)
         watchdog.start()
         try:
             for line in process.stdout:  # type: ignore[union-attr]
@@ -406,9 +412,8 @@ def _run(command: list[str], cwd: Path, timeout: float,
                 lines.append(line)
             process.wait()
         finally:
-            expired = not watchdog.is_alive()
             watchdog.cancel()
-    if expired:
+    if expired.is_set():
         raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
     return "".join(lines)
 

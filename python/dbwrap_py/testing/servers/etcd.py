@@ -487,9 +487,9 @@ class EtcdHooks(TestHooks):
         return totals
 
     def diagnose(self, options: Mapping[str, str], shown: int = 5) -> list[str]:
-        """Pending release requests in full; record locks, bucket claims and
-        detached marks counted per database and holder, a few of each shown;
-        and a throwaway cluster's log."""
+        """Pending release requests in full; each database's last wipe; record
+        locks, bucket claims, detached marks and openers counted per database
+        and holder, a few of each shown; and a throwaway cluster's log."""
         lines = _requests_and_holds(options, shown)
         cluster = RUNNING.get(str(options.get("endpoints", "")))
         if cluster is not None:
@@ -504,8 +504,10 @@ def _one_node(host: str) -> Iterator[dict[str, str]]:
 
 
 def _requests_and_holds(options: Mapping[str, str], shown: int) -> list[str]:
-    """What the store holds under the prefix: release requests, and record
-    locks, bucket claims and detached marks grouped by database and holder."""
+    """What the store holds under the prefix: release requests; each
+    database's last CLEAR_IF_FIRST wipe (its revision against etcd's now);
+    and record locks, bucket claims, detached marks and openers grouped by
+    database and holder."""
     from dbwrap_py.adapters.etcd.client import _b64, _Config, _Session, _unb64
     from dbwrap_py.adapters.etcd.keys import prefix_end
     from dbwrap_py.adapters.etcd.adapter import DEFAULT_PREFIX
@@ -520,18 +522,23 @@ def _requests_and_holds(options: Mapping[str, str], shown: int) -> list[str]:
                                        time.monotonic() + config.op_timeout, True)
     finally:
         session.close()
-    requests, groups = [], {}
+    requests, groups, wipes = [], {}, []
     for kv in reply.get("kvs", []):
         key, value, lease = _unb64(kv["key"]), _unb64(kv.get("value")), int(kv.get("lease", 0))
         if b"/_nodes/" in key and b"/r/" in key:
             requests.append(f"release request {key!r} (requester's lease {lease:x})")
             continue
+        db, _, rest = key[len(prefix):].partition(b"/")
+        if rest == b"w":  # a CLEAR_IF_FIRST wipe: when the last one was
+            wipes.append(f"{db!r} last wiped at revision {kv['mod_revision']} "
+                         f"(now {reply['header']['revision']})")
+            continue
         kind = next((name for part, name in ((b"/l/", "lock"), (b"/b/", "bucket claim"),
-                                             (b"/x/", "detached mark")) if part in key), None)
+                                             (b"/x/", "detached mark"), (b"/o/", "opener")) if part in key), None)
         if kind is not None:
-            db = key[len(prefix):].split(b"/", 1)[0]
-            groups.setdefault((db, kind, value), []).append(f"{key!r} lease {lease:x}")
-    lines = requests or ["(no release requests)"]
+            holder = key.rpartition(b"/o/")[2] if kind == "opener" else value
+            groups.setdefault((db, kind, holder), []).append(f"{key!r} lease {lease:x}")
+    lines = (requests or ["(no release requests)"]) + wipes
     for (db, kind, holder), keys in sorted(groups.items(), key=lambda g: -len(g[1])):
         lines.append(f"{len(keys)} {kind}(s) of {db!r} held by {holder!r}")
         lines.extend(f"  {k}" for k in keys[:shown])

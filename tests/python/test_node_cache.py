@@ -273,6 +273,8 @@ class ZooKeeperBackend:
         """Record locks and bucket claims the node holds on a live lease, in every database."""
         from kazoo.client import KazooClient
 
+        from kazoo.exceptions import NoNodeError
+
         from dbwrap_py.adapters.zookeeper.ownership import Holder, lease_path
 
         client = KazooClient(hosts=self.reach["hosts"])
@@ -283,7 +285,10 @@ class ZooKeeperBackend:
                 for generation in (g for g in client.get_children(f"/dbwrap_py/{db}") if g[:1] == "g"):
                     folder = f"/dbwrap_py/{db}/{generation}/l"
                     for name in client.get_children(folder) if client.exists(folder) else []:
-                        holder = Holder.parse(client.get(f"{folder}/{name}")[0])
+                        try:
+                            holder = Holder.parse(client.get(f"{folder}/{name}")[0])
+                        except NoNodeError:  # let go between the listing and the read: not held
+                            continue
                         held += bool(holder and holder.node == node
                                      and client.exists(lease_path("/dbwrap_py/_nodes", holder.lease)))
             return held

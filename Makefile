@@ -448,13 +448,15 @@ test-cluster: all ## three-node Samba clusters, every adapter and ctdb (make tes
 # a node cache broken on purpose must fail: tests/cluster/conftest.py).
 # PERSISTENT_RUNS clusters per configuration; the summary gives each one's
 # median and worst time from the kill to the reclaim. PERSISTENT_K picks
-# configurations (pytest -k, e.g. PERSISTENT_K=lost: a replica lost too).
+# configurations (pytest -k, e.g. PERSISTENT_K=lost: a replica lost too);
+# PERSISTENT_CONFIGS names them exactly, comma-separated (e.g. etcd,ctdb).
 PERSISTENT_RUNS ?= 1
 PERSISTENT_K ?=
+PERSISTENT_CONFIGS ?=
 test-cluster-persistent: all ## Samba 4.25: a persistent handle survives its node's death (3-node clusters)
 	@[ "$(SAMBA_VERSION_NUMBER)" -ge 42500 ] || { echo "test-cluster-persistent: persistent" \
 		"handles need Samba 4.25 or later; this is $(SAMBA_VERSION) (make test-sid-cluster has 4.25)" >&2; exit 1; }
-	PERSISTENT_FAILOVER_RUNS=$(PERSISTENT_RUNS) $(VPY) -m pytest -q -s -rA \
+	PERSISTENT_FAILOVER_RUNS=$(PERSISTENT_RUNS) PERSISTENT_CONFIGS='$(PERSISTENT_CONFIGS)' $(VPY) -m pytest -q -s -rA \
 		$(if $(PERSISTENT_K),-k '$(PERSISTENT_K)') tests/cluster/test_persistent_failover.py
 
 # Samba 4.25: smbtorture's failover suites (smb2.persistent-open-failover,

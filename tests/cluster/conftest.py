@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -143,10 +143,21 @@ PERSISTENT_BROKEN = {
 }
 
 
-@pytest.fixture(params=[*PERSISTENT_CONFIGURATIONS, *(
+def _chosen(names: Iterable[str]) -> list[str]:
+    """``names``, or those of them PERSISTENT_CONFIGS (comma-separated
+    configuration names, exactly) lists; an unknown name is an error."""
+    wanted = [n for n in os.environ.get("PERSISTENT_CONFIGS", "").split(",") if n]
+    known = [*PERSISTENT_CONFIGURATIONS, *PERSISTENT_BROKEN]
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise pytest.UsageError(f"PERSISTENT_CONFIGS names {', '.join(unknown)}; known: {', '.join(known)}")
+    return [n for n in names if not wanted or n in wanted]
+
+
+@pytest.fixture(params=[*_chosen(PERSISTENT_CONFIGURATIONS), *(
     pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
                                                reason="broken on purpose: the persistent open dies with its node"))
-    for name in PERSISTENT_BROKEN)])
+    for name in _chosen(PERSISTENT_BROKEN))])
 def persistent_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
     """A cluster of its own per test (its node 1 dies in it). A test that
     failed gets every node's smbd log tail, and the backend's, printed."""

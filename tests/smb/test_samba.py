@@ -140,7 +140,8 @@ def test_per_database_adapter_and_options():
     setup = SambaSetup(bridged=VOLATILE_DATABASES, log_level=3,
                        adapter_options={"brlock.tdb:module": "sqlite", "brlock.tdb:timeout": "5"})
     with ThrowawaySamba(setup) as samba:
-        assert smbclient(samba, "put /etc/hostname x; ls").returncode == 0
+        put = smbclient(samba, "put /etc/hostname x; ls")
+        assert put.returncode == 0, f"{put.stdout}{put.stderr}\n{samba.log_tail(80)}"
         log = samba.log.read_text(errors="replace")
     assert re.search(r"db=\S+/brlock\.tdb op=open: adapter sqlite", log)
     assert re.search(r"db=\S+/locking\.tdb op=open: adapter tdb", log)

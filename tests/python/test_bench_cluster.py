@@ -290,3 +290,17 @@ def test_a_configuration_that_never_ran_has_no_rows():
     assert [r["backend"] for r in cluster.summary(run)] == [CTDB]
     assert Configuration(None).describe() == {"label": CTDB, "volatile databases": "ctdb",
                                               "node_local": ["smbXsrv_open_global.tdb"]}
+
+
+def test_a_run_on_a_network_profile_says_so_instead_of_loopback(tmp_path, monkeypatch):
+    from dbwrap_py.cluster import netem, tcp_delay
+
+    monkeypatch.setattr(netem, "netem_missing", lambda: "no sch_netem")
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "")
+    run = results()
+    files = cluster.write_results(tmp_path / "bench-cluster.json", run, cluster.summary(run),
+                                  configurations("etcd", [], network="region"),
+                                  {"rounds": 3, **cluster.network_settings("region")})
+    data = json.loads(files[0].read_text())
+    assert "loopback" not in data["note"] and "loopback" not in data["cluster"]
+    assert "on the 'region' network profile" in data["note"] and "tcp-delay" in data["note"]

@@ -73,8 +73,10 @@ SUBTITLE = "one host, {cpus} shared cores: read the ratios to ctdb, not the numb
 #: what the charts and docs/benchmarks.md say beside the numbers
 NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unclist). "
         "One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
-        "{cpus} CPU cores over loopback, so absolute numbers mean little; compare each line with "
+        "{cpus} CPU cores {over}, so absolute numbers mean little; compare each line with "
         "ctdb, measured in the same run (log scale: equal gaps are equal ratios).")
+#: the note's words for the network without --network
+LOOPBACK = "over loopback"
 
 START_ERRORS = (ClusterError, CtdbError, NetnsError, NetemError, SambaError, ServerError, DbwrapError,
                  OSError)
@@ -415,8 +417,17 @@ def legend_names(results: Results) -> dict[str, str]:
     return {label: f"{label} (stops at {stop.nprocs}: {stop.kind})" for label, stop in results.stops.items()}
 
 
-def note(cpus: int | None = None) -> str:
-    return NOTE.format(nodes=NODES, cpus=cpus or os.cpu_count())
+def over(network: Mapping[str, object] | None) -> str:
+    """How the nodes reach each other, in the note's words: loopback, or
+    the --network profile (network_settings) with its delay and method."""
+    if not network:
+        return LOOPBACK
+    return (f"on the '{network['profile']}' network profile ({network['one_way_delay_ms']:g} ms one way, "
+            f"{network['method']}: delays {network['delayed']})")
+
+
+def note(cpus: int | None = None, network: Mapping[str, object] | None = None) -> str:
+    return NOTE.format(nodes=NODES, cpus=cpus or os.cpu_count(), over=over(network))
 
 
 def write_json(path: Path, results: Results, rows: Sequence[Mapping], configs: Sequence[Configuration],
@@ -425,9 +436,10 @@ def write_json(path: Path, results: Results, rows: Sequence[Mapping], configs: S
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "benchmark": "smb2.bench.path-contention-shared, clients spread over the nodes (--unclist)",
-        "cluster": f"{NODES} nodes on one host (ctdbd and smbd per node, loopback addresses)",
+        "cluster": f"{NODES} nodes on one host (ctdbd and smbd per node, "
+                   f"{'network namespaces' if settings.get('network') else 'loopback addresses'})",
         "reference": CTDB,
-        "note": note(),
+        "note": note(network=settings.get("network")),
         **settings,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
@@ -451,13 +463,17 @@ def write_results(out: Path, results: Results, rows: Sequence[Mapping],
     files = [out, stem.with_suffix(".csv"), stem.with_name(stem.name + "-summary.csv")]
     write_csv(files[1], [asdict(p) for p in results.points])
     write_csv(files[2], rows)
-    return files + (charts(rows, stem, results) if results.points else [])
+    network = settings.get("network")
+    return files + (charts(rows, stem, results, network) if results.points else [])
 
 
-def charts(rows: Sequence[Mapping], stem: Path, results: Results) -> list[Path]:
+def charts(rows: Sequence[Mapping], stem: Path, results: Results,
+           network: Mapping[str, object] | None = None) -> list[Path]:
     """<stem>-ops.png and <stem>-latency.png: a line per configuration,
     ctdb the reference, the note under the axes, stops in the legend."""
     from dbwrap_py.bench.charts import cluster_charts
 
     subtitle = SUBTITLE.format(cpus=os.cpu_count())
-    return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(), legend_names(results))
+    if network:
+        subtitle += f"; '{network['profile']}' network, {network['one_way_delay_ms']:g} ms one way"
+    return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(network=network), legend_names(results))

@@ -602,6 +602,10 @@ class _Session:
         self._lease_ttl = config.lease_ttl
         self._expires_at = 0.0
         self._renewed_at = 0.0  # when etcd's last grant or renewal of it was answered
+        #: the keepalive's failures since the last renewal, and the last one's cause
+        self._failures, self._last_failure = 0, ""
+        #: leases that lapsed under us, newest last: (lease, noticed at, seconds unrenewed, failures, cause)
+        self.lapses: list[tuple[int, float, float, int, str]] = []
         self._openers: dict[bytes, None] = {}  # opener keys to put again under a new lease
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -611,21 +615,33 @@ class _Session:
         with self._mutex:
             if self._lease_id is not None and time.monotonic() < self._expires_at:
                 return self._lease_id
+            if self._lease_id is not None:  # the keepalive did not renew it in time
+                self._lapsed(self._lease_id)
             return self._grant(self.transport, deadline, count)
 
     def lease_report(self) -> str:
-        """This process's lease, for a fencing error: which, and when etcd last renewed it."""
+        """This process's lease, for a fencing error: which, when etcd last
+        renewed it, and the leases that lapsed under us (a lock key goes
+        with its lease; the lease now may be a newer one)."""
         with self._mutex:
-            lease_id, renewed_at, ttl = self._lease_id, self._renewed_at, self._lease_ttl
+            lease_id, renewed_at, ttl, lapses = self._lease_id, self._renewed_at, self._lease_ttl, list(self.lapses)
+            expires_at = self._expires_at
         if renewed_at == 0.0:
             return "this process holds no lease"
-        ago = time.monotonic() - renewed_at
+        now = time.monotonic()
         which = f"lease {lease_id:x}" if lease_id is not None else "the last lease, since dropped,"
-        return f"{which} was last renewed {ago:.1f} s ago (TTL {ttl} s)"
+        report = f"{which} was last renewed {now - renewed_at:.1f} s ago (TTL {ttl} s)"
+        if lease_id is not None and now >= expires_at:
+            report += ", past its TTL: lapsed"
+        for lapsed, noticed, unrenewed, failures, cause in lapses:
+            report += (f"; lease {lapsed:x} lapsed {now - noticed:.1f} s ago, unrenewed for {unrenewed:.1f} s"
+                       f" ({failures} keepalive failure(s){': ' + cause if cause else ''})")
+        return report
 
     def lease_lost(self, lease_id: int) -> None:
         with self._mutex:
             if self._lease_id == lease_id:
+                self._lapsed(lease_id)
                 self._lease_id = None
 
     def add_opener(self, key: bytes) -> None:
@@ -650,6 +666,11 @@ class _Session:
         self.transport.close()
 
     # -- internals: called with self._mutex held -----------------------------
+
+    def _lapsed(self, lease_id: int) -> None:
+        """Remember that ``lease_id`` ended under us (the last few), for lease_report."""
+        self.lapses = [*self.lapses[-2:], (lease_id, time.monotonic(), time.monotonic() - self._renewed_at,
+                                           self._failures, self._last_failure)]
 
     def _grant(self, transport: _Transport, deadline: float, count: "_Counter") -> int:
         sent = time.monotonic()
@@ -701,11 +722,17 @@ class _Session:
                 if ttl > 0:
                     self._expires_at = sent + ttl
                     self._renewed_at = time.monotonic()
-                elif self._openers:  # lapsed: put the opener keys back at once
+                    self._failures, self._last_failure = 0, ""
+                    return max(0.0, sent + interval - time.monotonic())  # a slow answer is not added
+                self._lapsed(lease_id)
+                if self._openers:  # lapsed: put the opener keys back at once
                     self._grant(transport, time.monotonic() + self.config.op_timeout, counter)
                 else:
                     self._lease_id = None  # the next lock grants a new one
-        except DbwrapError:
+        except DbwrapError as exc:
+            with self._mutex:
+                self._failures += 1
+                self._last_failure = f"{type(exc).__name__}: {exc}"[:160]
             return max(0.05, self._lease_ttl / 10)  # retry sooner while etcd is away
         return max(0.0, sent + interval - time.monotonic())  # a slow answer is not added to the interval
 

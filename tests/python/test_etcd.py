@@ -350,6 +350,8 @@ def test_paused_holder_is_fenced_out(etcd, name):
     assert f":{os.getpid()}:" in outcomes[0] and "holds it now" in outcomes[0], outcomes[0]
     assert "its key is gone with our lease" in outcomes[1], outcomes[1]
     assert all("was last renewed" in outcome for outcome in outcomes), outcomes
+    # and that the lease lapsed: past its TTL when the holder woke, or seen lapsed since
+    assert "lapsed" in outcomes[1], outcomes[1]
     assert db.fetch(b"a") == b"second" and db.fetch(b"b") == b"second"
     assert took_over < 2.5, took_over
     db.close()

@@ -219,3 +219,23 @@ def test_the_fuzzer_catches_a_client_that_reads_integers_with_int() -> None:
         report = fuzz(seconds=20, seed=4)
     assert report.broken, summary(report, 4)
     assert any("raised TypeError" in f or "raised ValueError" in f for f in report.failures), report.failures
+
+
+def test_a_lapsed_lease_is_named_in_the_report_with_the_failures_before_it(gateway: FakeGateway) -> None:
+    """A fenced write's message gave only the lease the process holds now,
+    "renewed 0.0 s ago", when the lock had gone with an earlier one that
+    lapsed (issue 38): the report names the lapsed lease and why."""
+    session = client._Session(_config(gateway.port))
+    session._stop.set()
+    counter = client._Counter(session, "keepalive_round_trips")
+    session._lease_id, session._renewed_at, session._expires_at = 7, time.monotonic(), time.monotonic() + 60
+    gateway.arm(Script(end="silence"))  # the keepalive's answer never comes
+    session._refresh(session.transport, counter)
+    assert "lapsed" not in session.lease_report()  # a failed keepalive is not yet a lapse
+    body = json.dumps({"result": {"TTL": "0"}}).encode()
+    gateway.arm(Script().send(_reply(body, b"Content-Length: %d" % len(body))))
+    session._refresh(session.transport, counter)
+    report = session.lease_report()
+    assert session._lease_id is None and len(session.lapses) == 1, report
+    assert "lease 7 lapsed" in report and "1 keepalive failure(s): " in report, report
+    session.transport.close()

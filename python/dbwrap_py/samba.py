@@ -30,6 +30,8 @@ from dbwrap_py.servers import StartStop, stop_process_group
 TEST_USER = "dbwrappy"
 TEST_PASSWORD = "dbwrappy-Pass1"
 SHARE = "test"
+#: the name smbd-notifyd registers in the lock directory's names.tdb
+NOTIFYD_NAME = "notify-daemon"
 
 #: the databases smbd's parent opens for SMB2 state (reference §2.1)
 VOLATILE_DATABASES = (
@@ -188,16 +190,38 @@ class ThrowawaySamba(StartStop):
             stop_process_group(self._smbd, signal.SIGKILL)
 
     def _wait_listening(self) -> None:
+        """Until smbd listens and its notify daemon has registered.
+
+        smbd forks smbd-notifyd and listens at once; notifyd registers its
+        name a little later. A tree connect in between fails with
+        NT_STATUS_NO_MEMORY (notify_init: "No notify daemon around"), which
+        CI met once, under load: a client must not come before both."""
         deadline = time.monotonic() + self.setup.start_timeout
+        listening = False
         while time.monotonic() < deadline:
             if self._smbd.poll() is not None:
                 raise SambaError(f"smbd exited with {self._smbd.returncode}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection((self.setup.address, self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise SambaError(f"smbd did not listen on port {self.port}:\n{self.log_tail()}")
+            if not listening:
+                try:
+                    with socket.create_connection((self.setup.address, self.port), timeout=0.5):
+                        listening = True
+                except OSError:
+                    pass
+            if listening and self._notifyd_registered():
+                return
+            time.sleep(0.05)
+        waited_for = "its notify daemon to register" if listening else f"it to listen on port {self.port}"
+        raise SambaError(f"smbd started, but {self.setup.start_timeout:g} s passed waiting for "
+                         f"{waited_for}:\n{self.log_tail()}")
+
+    def _notifyd_registered(self) -> bool:
+        """Is smbd-notifyd's name in the messaging names database?"""
+        names = self.root / "lock" / "names.tdb"
+        if not names.exists():
+            return False
+        dump = subprocess.run(["tdbdump", str(names)], capture_output=True, text=True, errors="replace",
+                              timeout=10, check=False)
+        return dump.returncode == 0 and NOTIFYD_NAME in dump.stdout
 
     # -- helpers -----------------------------------------------------------
 

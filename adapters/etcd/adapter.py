@@ -43,11 +43,11 @@ from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported 
     _sessions,
     _unb64,
 )
-from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end
+from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end, prefix_option
 from dbwrap_py.adapters.etcd.locks import RecordLocks
 from dbwrap_py.adapters.etcd.ownership import (
-    EtcdNodeStore,
     EtcdOwnership,
+    agent_store,
     compare_create,
     delete_op,
     first_kv,
@@ -60,7 +60,6 @@ from dbwrap_py.leased import LeaseSource
 from dbwrap_py.options import PASSWORD_OPTIONS, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
-DEFAULT_PREFIX = "dbwrap_py"
 DEFAULT_PAGE_SIZE = 500
 #: etcd refuses requests over --max-request-bytes (1.5 MiB by default; a
 #: 1,536,000-byte value still fits, 1,572,864 does not); 1 MiB leaves room for
@@ -101,11 +100,11 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         self.config = _Config.from_options(options)
         self.op_timeout = self.config.op_timeout  # etcd's default, not the framework's
         self.page_size = options.get_int("page_size", DEFAULT_PAGE_SIZE, minimum=1)
-        prefix = options.get_str("prefix", DEFAULT_PREFIX).strip("/")
+        prefix = prefix_option(options)
         if not prefix:
             raise ConfigError("option prefix must not be empty")
         self.capabilities = self.declared_capabilities(options)
-        self.keys = DatabaseKeys(prefix.encode(), spec.cluster_name.encode())
+        self.keys = DatabaseKeys(prefix, spec.cluster_name.encode())
         #: requests this adapter sent (the keepalive thread's are in the session)
         self.round_trips = 0
         self._count = _Counter(self, "round_trips")
@@ -284,11 +283,7 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
 
     # -- the node cache (dbwrap_py.nodecache.protocol) ------------------------
 
-    @classmethod
-    def node_store(cls, options: Options) -> EtcdNodeStore:
-        """The node agent's connection (``dbwrap-py node-agent --adapter etcd``)."""
-        prefix = options.get_str("prefix", DEFAULT_PREFIX).strip("/").encode()
-        return EtcdNodeStore(_Config.from_options(options), prefix)
+    node_store = staticmethod(agent_store)  # the agent's side: node_store(options)
 
     @property
     def node_cache_id(self) -> bytes:

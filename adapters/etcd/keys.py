@@ -26,9 +26,16 @@ a lock key.
 from __future__ import annotations
 
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.options import Options
 
+DEFAULT_PREFIX = "dbwrap_py"
 #: the lock key value of a node owning a record or bucket: node:<name>:<lease hex>
 NODE_MARK = b"node:"
+
+
+def prefix_option(options: Options) -> bytes:
+    """Option ``prefix``, its slashes stripped (``DEFAULT_PREFIX`` when not given)."""
+    return options.get_str("prefix", DEFAULT_PREFIX).strip("/").encode()
 
 
 def prefix_end(prefix: bytes) -> bytes:

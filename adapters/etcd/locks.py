@@ -11,7 +11,8 @@ seqnum key, in the same transaction; a refused one raises FencedOut naming
 the cause (our key gone with our lease, or who holds it now). A refused take
 says what to wait for: a watch on the lock key (etcd deletes it with a dead
 holder's lease too) or on ``t``, until op_timeout; a node that owns the
-record is asked, once, to hand it over.
+record is asked, once, to hand it over, and the tries go on, ``DETACH_WAIT``
+apart, until it detaches the key from its bucket.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from dbwrap_py.adapter import DatabaseSpec
 from dbwrap_py.adapters.etcd.client import _b64, _Counter, _LeaseGone, _Session, _unb64, _wait_deleted
@@ -29,8 +30,12 @@ from dbwrap_py.adapters.etcd.ownership import compare_create, delete_op, first_k
 from dbwrap_py.errors import FencedOut, Timeout, Unavailable
 from dbwrap_py.leased import KEEP, Keep
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.retry import Backoff
 
 Ops = list[dict[str, Any]]
+#: between two tries at a record a node owns, until the node detaches it
+#: from its bucket (a watch, the other wait, lasts until the lock goes)
+DETACH_WAIT = Backoff(first=0.002, cap=0.032)
 
 
 @dataclasses.dataclass
@@ -43,7 +48,7 @@ class Tries:
     deadline: float
     detached_revision: int = 0  # the key's detachment from a claimed bucket, once seen
     asked: bytes | None = None  # the node asked to hand the record over
-    wait: Callable[[], None] = lambda: None
+    wait: Callable[[float], None] = lambda pause: None  # given the backoff's pause
 
 
 class RecordLocks:
@@ -56,6 +61,7 @@ class RecordLocks:
     _count: _Counter
     _revisions: dict[int, int]  # token -> create_revision of its lock key (the fence)
     _tries: Tries | None = None
+    lock_wait: ClassVar[Backoff] = DETACH_WAIT  # the framework's retry_until pauses (dbwrap_py.leased)
     _process: Callable[[], _Session]
     _call: Callable[..., dict[str, Any]]
     _txn_call: Callable[..., dict[str, Any]]
@@ -100,7 +106,7 @@ class RecordLocks:
         if tries is None or tries.key != key:
             time.sleep(pause)
             return
-        tries.wait()
+        tries.wait(pause)
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         self._fenced(key, token, [self._write_op(key, value)], idempotent=value is not None)
@@ -175,26 +181,28 @@ class RecordLocks:
 
     # -- waiting for a lock ---------------------------------------------------------------
 
-    def _what_to_wait_for(self, tries: Tries, reply: Mapping[str, Any]) -> Callable[[], None]:
+    def _what_to_wait_for(self, tries: Tries, reply: Mapping[str, Any]) -> Callable[[float], None]:
+        """What to do with the pause before the next try (``DETACH_WAIT``'s,
+        never past op_timeout): a watch ignores it and lasts until the lock goes."""
         k = self.keys
         after = int(reply["header"]["revision"]) + 1
         holder = first_kv(reply["responses"][0])
         if holder is not None:  # the node is asked once the watch is in place
             ask = self._ask_once(tries, marker_node(_unb64(holder.get("value"))))
-            return functools.partial(self._watch, k.lock(tries.key), after, tries.deadline, ask)
+            return functools.partial(self._watch_for, k.lock(tries.key), after, tries.deadline, ask)
         if self.spec.persistent:
-            return functools.partial(self._watch, k.txn, after, tries.deadline, None)
+            return functools.partial(self._watch_for, k.txn, after, tries.deadline, None)
         claim, detached = (first_kv(response) for response in reply["responses"][1:3])
         tries.detached_revision = int(detached["create_revision"]) if detached is not None else 0
         owner = marker_node(_unb64(claim.get("value"))) if claim is not None else None
         if detached is not None or owner is None:
-            return lambda: None  # detached (or no longer claimed) since: again at once
+            return lambda pause: None  # detached (or no longer claimed) since: again at once
         ask = self._ask_once(tries, owner)
 
-        def until_detached() -> None:
+        def until_detached(pause: float) -> None:
             if ask is not None:
                 ask()
-            time.sleep(0.002)  # until the node detaches the key from its bucket
+            time.sleep(pause)  # the node detaches the key from its bucket meanwhile
 
         return until_detached
 
@@ -214,6 +222,11 @@ class RecordLocks:
             self._call("/v3/kv/put", body, deadline, idempotent=True)
         except _LeaseGone:
             session.lease_lost(lease_id)  # the wait, and the next try, go on
+
+    def _watch_for(self, key: bytes, after: int, deadline: float, once_watching: Callable[[], None] | None,
+                   pause: float) -> None:
+        """``_watch``, as the wait between two tries: the pause is not needed."""
+        self._watch(key, after, deadline, once_watching)
 
     def _watch(self, key: bytes, after: int, deadline: float, once_watching: Callable[[], None] | None) -> None:
         """Until ``key`` is deleted at revision ``after`` or later, or ``deadline``."""

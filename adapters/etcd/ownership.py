@@ -26,6 +26,7 @@ from dbwrap_py.adapters.etcd.keys import (
     node_marker,
     parse_request,
     prefix_end,
+    prefix_option,
     registration,
     request,
     requests_prefix,
@@ -33,6 +34,7 @@ from dbwrap_py.adapters.etcd.keys import (
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.ownership_base import grant_retrying
 from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
+from dbwrap_py.options import Options
 
 #: (path, body, idempotent) -> the gateway's reply; the caller sets the deadline
 Call = Callable[[str, Mapping[str, Any], bool], dict[str, Any]]
@@ -317,3 +319,9 @@ class EtcdNodeStore(NodeStore):
                 pass
         self._transport.close()
         self._keepalives.close()
+
+
+def agent_store(options: Options) -> EtcdNodeStore:
+    """The node agent's connection (``dbwrap-py node-agent --adapter etcd``):
+    the adapter's ``node_store``."""
+    return EtcdNodeStore(_Config.from_options(options), prefix_option(options))

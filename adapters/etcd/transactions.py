@@ -16,6 +16,7 @@ from dbwrap_py.adapters.etcd.client import _b64, _Config, _unb64
 from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end
 from dbwrap_py.adapters.etcd.ownership import compare_create, delete_op, put_op, range_op
 from dbwrap_py.errors import FencedOut, LockConflict, Timeout
+from dbwrap_py.retry import retry_until
 
 
 class TransactionSteps:
@@ -51,17 +52,13 @@ class TransactionSteps:
         """Wait until no other process holds a record lock (none can take one now)."""
         locks = self.keys.locks_prefix
         body = {"key": _b64(locks), "range_end": _b64(prefix_end(locks))}
-        pause = 0.001
-        while True:
+        for _ in retry_until(deadline):  # dbwrap_py.retry's default backoff, 1 ms doubling to 50 ms
             reply = self._call("/v3/kv/range", body, deadline, idempotent=True)
             if all(_unb64(kv.get("value")) == self._owner for kv in reply.get("kvs", [])):
                 return
             if nonblock:
                 raise LockConflict("other processes hold record locks")
-            if time.monotonic() + pause >= deadline:
-                raise Timeout(f"record locks still held after {self.config.op_timeout:g} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        raise Timeout(f"record locks still held after {self.config.op_timeout:g} s")
 
     def commit_transaction(self, token: int, writes: dict[bytes, bytes | None]) -> bool:
         txn = self.keys.txn

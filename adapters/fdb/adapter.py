@@ -291,10 +291,6 @@ class FdbAdapter(TransactionalLeasedAdapter):
             notes = (MODEL_NOTE, *notes)
         return dataclasses.replace(caps, notes=notes)
 
-    @classmethod
-    def target_label(cls, name: str, options: Mapping[str, str]) -> str:
-        return f"{name} (model)" if library.kind_of(options) == "model" else name
-
 
 def base_store_args(options: Options) -> StoreArgs:
     """The store arguments every database of these options shares (db,

@@ -16,8 +16,6 @@ import contextlib
 import math
 from collections.abc import Iterator, Mapping
 
-from kazoo.exceptions import NodeExistsError
-
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
@@ -79,16 +77,12 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
     # -- the lease primitives (dbwrap_py.leased) ---------------------------------
 
     def take_lease(self, key: bytes, token: int, seconds: float, read: bool) -> tuple[bool, bytes | None]:
-        with self._let_go_if_lost(key, token):
+        with self.zk.let_go_if_lost(self._path("f", key, token), self._path("l", key)):
             if not self.spec.persistent:  # a node may own it (the node cache): ownership.py asks it
                 taken = self.ownership().lock(key, token, None)[0]
-            else:  # and no transaction lock may be held: create and delete t
-                failed = self.zk.multi([("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t"),
-                                        ("create", self._path("l", key), b"", True),
-                                        ("create", self._path("f", key, token), b"", True)])
-                if failed is not None and not isinstance(failed[1], NodeExistsError):
-                    raise Unavailable(f"zookeeper: taking a record lock: {failed[1]!r}")
-                taken = failed is None
+            else:  # and no transaction lock may be held (transactions.py)
+                taken = self.zk.create_all([*self._no_transaction_ops(), ("create", self._path("l", key), b"", True),
+                                            ("create", self._path("f", key, token), b"", True)], "taking a record lock")
         return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
@@ -96,24 +90,10 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
         release: list[Op] = [("delete", self._path("f", key, token)), ("delete", self._path("l", key))]
-        with self._let_go_if_lost(key, token):
+        with self.zk.let_go_if_lost(self._path("f", key, token), self._path("l", key)):
             if isinstance(value, Keep):
                 return self.zk.multi(release) is None
             return self.zk.write(self._path("d", key), self.seq, release, value)
-
-    @contextlib.contextmanager
-    def _let_go_if_lost(self, key: bytes, token: int) -> Iterator[None]:
-        """A take or release of our lock whose answer was lost may have
-        landed: then our live session would hold the lock until the process
-        ends. Our fence and lock go before the error does (tried across the
-        reconnect, until op_timeout): one multi, which fails unless our
-        fence, named by our token, is there, so never another's lock."""
-        try:
-            yield
-        except Unavailable:
-            with contextlib.suppress(Unavailable):
-                self.zk.multi([("delete", self._path("f", key, token)), ("delete", self._path("l", key))], True)
-            raise
 
     # -- records --------------------------------------------------------------------
 

@@ -11,7 +11,9 @@
 * ``multi`` is ZooKeeper's atomic multi-op (kazoo's ``transaction``), with
   ops as tuples: ``("create", path, data, ephemeral)``, ``("set", path,
   data)``, ``("delete", path)``, ``("check", path)`` (exists).
-* ``write``: a fenced write of one record, its existence guessed.
+* ``create_all``: a multi that takes locks, refused if one is taken.
+* ``write``: a fenced write of one record, its existence guessed;
+  ``let_go_if_lost``: a lock whose take or release had its answer lost goes.
 * ``open_root``: where a database's znodes live, and for a volatile one
   the CLEAR_IF_FIRST opener test (a new generation), in one multi.
 """
@@ -25,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -34,6 +36,7 @@ from kazoo.exceptions import (
     ConnectionLoss,
     KazooException,
     NoAuthError,
+    NodeExistsError,
     NoNodeError,
     RolledBackError,
     SessionExpiredError,
@@ -181,6 +184,29 @@ class Session:
         results = self._wait(txn.commit_async(), f"multi of {len(ops)} ops")
         return next(((i, r) for i, r in enumerate(results)
                      if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+
+    def create_all(self, ops: Sequence[Op], what: str) -> bool:
+        """``ops`` (creates among them) in one multi: False if a create
+        found its znode there; any other failure is Unavailable."""
+        failed = self.multi(ops)
+        if failed is not None and not isinstance(failed[1], NodeExistsError):
+            raise Unavailable(f"zookeeper: {what}: {failed[1]!r}")
+        return failed is None
+
+    @contextmanager
+    def let_go_if_lost(self, fence: str, lock: str) -> Iterator[None]:
+        """Around a take or release of a lock: an answer lost may have
+        landed, and then our live session would hold the lock until the
+        process ends. ``fence`` and ``lock`` go before the error does
+        (tried across the reconnect, until op_timeout): one multi, which
+        fails unless our fence, named by our token, is there, so never
+        another's lock."""
+        try:
+            yield
+        except Unavailable:
+            with suppress(Unavailable):
+                self.multi([("delete", fence), ("delete", lock)], True)
+            raise
 
     def write(self, path: str, seq: str, fence: Sequence[Op], value: bytes | None, retry: bool = False) -> bool:
         """``fence``, then ``value`` at ``path`` (None: delete) and a set of

@@ -36,6 +36,10 @@ class TransactionSteps:
     def _release_lock_ops(self, token: int) -> list[Op]:
         return [("delete", path) for path in self._lock_paths(token)]
 
+    def _no_transaction_ops(self) -> list[Op]:
+        """What a record locker's multi begins with: it fails while ``t`` exists."""
+        return [("create", f"{self.root}/t", b"", False), ("delete", f"{self.root}/t")]
+
     def take_transaction_lock(self, token: int, seconds: float) -> bool:
         return self.zk.multi(self._take_lock_ops(token)) is None
 

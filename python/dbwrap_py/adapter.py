@@ -224,7 +224,7 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Release what the adapter holds; the database is not used again."""
 
-    # -- what it declares (a test run's hooks: dbwrap_py.testing.hooks) ------
+    # -- what it declares --------------------------------------------------
 
     @classmethod
     def declared_capabilities(cls, options: Mapping[str, str]) -> Capabilities:
@@ -233,13 +233,4 @@ class Adapter(abc.ABC):
         Override when an option changes it, such as a lease time.
         """
         return cls.capabilities
-
-    @classmethod
-    def target_label(cls, name: str, options: Mapping[str, str]) -> str:
-        """How tables and charts name this adapter run with ``options``.
-
-        Override when an option changes what is measured, so that a result
-        is never shown under a name it did not earn (``fdb (model)``).
-        """
-        return name
 

@@ -22,6 +22,7 @@ from dbwrap_py.nodecache.cache import WRITE_BACK
 from dbwrap_py.options import Options
 from dbwrap_py.registry import adapter_names, find_adapter
 from dbwrap_py.servers import backend_options
+from dbwrap_py.testing.hooks import hooks_for
 
 NATIVE = "native"
 
@@ -41,12 +42,13 @@ def landed_adapters(multi_process_only: bool = False) -> list[str]:
 
 def display_name(adapter: str, options: Mapping[str, str]) -> str:
     """How results of ``adapter`` run with ``options`` are labelled: its
-    ``target_label`` (``fdb (model)`` on the model of FoundationDB), or the
-    name itself for what is not an adapter (``native``); `` via proxy`` when
-    the node daemon runs it (``transport=proxy``), `` via proxy, fast path``
-    when smbd reaches the node cache's records itself (``proxy_fastpath``)."""
+    test hooks' ``target_label`` (``fdb (model)`` on the model of
+    FoundationDB; the name itself for what is not an adapter, ``native``);
+    `` via proxy`` when the node daemon runs it (``transport=proxy``), ``
+    via proxy, fast path`` when smbd reaches the node cache's records itself
+    (``proxy_fastpath``)."""
     try:
-        label = find_adapter(adapter).target_label(adapter, options)
+        label = hooks_for(adapter).target_label(adapter, options)
     except DbwrapError:
         return adapter
     if options.get("transport") != "proxy":

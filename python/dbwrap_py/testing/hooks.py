@@ -1,6 +1,7 @@
 """What tests and benchmarks need of an adapter beyond dbwrap, kept out of
 the adapter: a throwaway store, the node lease of an agent beside it, the
-store's own request counters and what it holds now.
+store's own request counters and what it holds now, and the name a run's
+results are shown under.
 
 An adapter's hooks are found by its name through the ``dbwrap_py.testing``
 entry points (setup.py), so no runtime module imports a throwaway server;
@@ -43,6 +44,13 @@ class TestHooks:
         """The store's own request counters (name -> total so far), for the
         benchmarks' requests per SMB2 open+close."""
         return {}
+
+    def target_label(self, name: str, options: Mapping[str, str]) -> str:
+        """How tables and charts name the adapter ``name`` run with
+        ``options`` (dbwrap_py.bench.targets.display_name). An adapter's
+        hooks override it when an option changes what is measured, so that
+        a result is never shown under a name it did not earn (``fdb (model)``)."""
+        return name
 
     def diagnose(self, options: Mapping[str, str]) -> list[str]:
         """Lines that say what the store holds now (locks, claims, requests,

@@ -509,13 +509,12 @@ def _requests_and_holds(options: Mapping[str, str], shown: int) -> list[str]:
     and record locks, bucket claims, detached marks and openers grouped by
     database and holder."""
     from dbwrap_py.adapters.etcd.client import _b64, _Config, _Session, _unb64
-    from dbwrap_py.adapters.etcd.keys import prefix_end
-    from dbwrap_py.adapters.etcd.adapter import DEFAULT_PREFIX
+    from dbwrap_py.adapters.etcd.keys import prefix_end, prefix_option
     from dbwrap_py.options import Options
 
     parsed = Options(dict(options))
     config = _Config.from_options(parsed)
-    prefix = parsed.get_str("prefix", DEFAULT_PREFIX).strip("/").encode() + b"/"
+    prefix = prefix_option(parsed) + b"/"
     session = _Session(config)
     try:
         reply = session.transport.call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))},

@@ -1,5 +1,5 @@
 """The fdb adapter's test hooks (dbwrap_py.testing.hooks): the model of
-FoundationDB for a run. No real FoundationDB server can be started here."""
+FoundationDB for a run, and its runs labelled ``fdb (model)``. No real FoundationDB server can be started here."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ class FdbHooks(LeasedHooks):
                               "exist; a FoundationDB server cannot be started here), or "
                               "-o fdb_library=model for the model of FoundationDB")
         return None
+
+    def target_label(self, name: str, options: Mapping[str, str]) -> str:
+        """``fdb (model)`` on the model of FoundationDB: never shown as the real thing."""
+        from dbwrap_py.adapters.fdb import library as library
+
+        return f"{name} (model)" if library.kind_of(options) == "model" else name
 
 
 @contextmanager

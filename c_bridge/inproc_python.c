@@ -46,7 +46,23 @@ static TDB_DATA value_data(PyObject *value)
 
 typedef PyObject *(*records_reader)(PyObject *records, PyObject *key);
 
-/* Read with `reader` and hand the value to a short callback (GIL held). */
+/*
+ * A callback of the caller's on a value read in place, without the GIL.
+ * Samba's callbacks may block: g_lock's, under do_locked, asks ctdbd
+ * whether a holder's process lives, which waits out a ctdb recovery. The
+ * GIL held meanwhile starved the adapter's own threads (etcd's lease
+ * keepalive: the lease lapsed and took this process's locks with it).
+ * The value is a bytes object we hold a reference to: nothing changes it.
+ */
+static void value_callback(dbwrap_py_value_fn fn, PyObject *value, void *private_data)
+{
+	PyThreadState *ts = PyEval_SaveThread();
+
+	fn(value_data(value), value != Py_None, private_data);
+	PyEval_RestoreThread(ts);
+}
+
+/* Read with `reader` and hand the value to a callback (without the GIL). */
 static NTSTATUS python_read(struct dbwrap_py_db *db, TDB_DATA key,
 			    records_reader reader, const char *op,
 			    dbwrap_py_value_fn fn, void *private_data)
@@ -59,7 +75,7 @@ static NTSTATUS python_read(struct dbwrap_py_db *db, TDB_DATA key,
 	if (value == NULL) {
 		status = inproc_failed(db, op);
 	} else {
-		fn(value_data(value), value != Py_None, private_data);
+		value_callback(fn, value, private_data);
 		Py_DECREF(value);
 	}
 	Py_XDECREF(pykey);
@@ -113,7 +129,12 @@ static NTSTATUS python_locked(struct dbwrap_py_db *db, TDB_DATA key,
 		PyGILState_Release(gil);
 		return status;
 	}
-	write = fn(value_data(value), value != Py_None, private_data);
+	{
+		PyThreadState *ts = PyEval_SaveThread(); /* as value_callback */
+
+		write = fn(value_data(value), value != Py_None, private_data);
+		PyEval_RestoreThread(ts);
+	}
 	Py_DECREF(value);
 	if (write != NULL && (pywrite = inproc_bytes(*write)) == NULL) {
 		status = inproc_failed(db, "store+unlock");

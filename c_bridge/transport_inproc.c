@@ -7,10 +7,11 @@
  * close, traverse, transactions, wipe, check and the id.
  *
  * Every entry takes the GIL and gives it back before returning, so it is
- * never held between dbwrap calls. Short callbacks (parse_record, do_locked)
- * run with it held: they never block, and re-entering the bridge from them
- * only bumps PyGILState's counter. Traverse callbacks run arbitrary Samba
- * code, so the GIL is released around them. Keys cross as bytes (one
+ * never held between dbwrap calls, nor while a caller's callback runs
+ * (parse_record, do_locked, traverse): Samba's may block (g_lock's asks
+ * ctdbd whether a holder lives), and the adapter's threads (lease
+ * keepalives) must run meanwhile. A callback that re-enters the bridge
+ * takes the GIL again. Keys cross as bytes (one
  * copy); values come back as bytes that callbacks read in place.
  */
 

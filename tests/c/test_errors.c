@@ -307,11 +307,48 @@ static enum result test_gil_released(const struct backend *b, const char *dir)
 	return PASS;
 }
 
+/*
+ * A caller's callback runs without the GIL: Samba's may block (g_lock's
+ * asks ctdbd whether a holder lives), and the adapter's threads, a lease's
+ * keepalive above all, must run meanwhile (issue 38: an etcd lease lapsed
+ * while a do_locked callback waited out a ctdb recovery with the GIL held).
+ */
+static void gil_parser(TDB_DATA key, TDB_DATA data, void *private_data)
+{
+	int *held = private_data;
+
+	*held = PyGILState_Check();
+}
+
+static void gil_do_locked(struct db_record *rec, TDB_DATA value, void *private_data)
+{
+	int *held = private_data;
+
+	*held = PyGILState_Check();
+}
+
+static enum result test_callbacks_without_gil(const struct backend *b, const char *dir)
+{
+	TALLOC_CTX *mem = talloc_new(NULL);
+	struct db_context *db = open_broken(mem, dir, "gil_callbacks.tdb", VOLATILE_FLAGS, "");
+	int in_do_locked = -1, in_parse = -1;
+
+	CHECK(db != NULL, "open failed");
+	CHECK_STATUS(dbwrap_store(db, str_data("k"), str_data("v"), 0), NT_STATUS_OK);
+	CHECK_STATUS(dbwrap_do_locked(db, str_data("k"), gil_do_locked, &in_do_locked), NT_STATUS_OK);
+	CHECK(in_do_locked == 0, "a do_locked callback ran with the GIL held");
+	CHECK_STATUS(dbwrap_parse_record(db, str_data("k"), gil_parser, &in_parse), NT_STATUS_OK);
+	CHECK(in_parse == 0, "a parse_record parser ran with the GIL held");
+	talloc_free(mem);
+	return PASS;
+}
+
 const struct test_case error_tests[] = {
 	{ "adapter errors -> NTSTATUS + 1 log line", test_error_mapping },
 	{ "seqnum/id/exists failures stay safe", test_seqnum_and_id_errors },
 	{ "bad configuration fails db_open", test_bad_config },
 	{ "GIL released between calls", test_gil_released },
+	{ "callbacks run without the GIL", test_callbacks_without_gil },
 	{ NULL, NULL },
 };
 

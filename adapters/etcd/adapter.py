@@ -45,8 +45,8 @@ from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported 
 )
 from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end
 from dbwrap_py.adapters.etcd.locks import RecordLocks
+from dbwrap_py.adapters.etcd.nodestore import EtcdNodeStore
 from dbwrap_py.adapters.etcd.ownership import (
-    EtcdNodeStore,
     EtcdOwnership,
     compare_create,
     delete_op,

@@ -72,6 +72,7 @@ from typing import Any
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.cassandra import client as cc
+from dbwrap_py.adapters.cassandra import nodestore
 from dbwrap_py.adapters.cassandra import ownership as owning
 from dbwrap_py.errors import AdapterContractError, ConfigError, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
@@ -455,13 +456,13 @@ class CassandraAdapter(TransactionalLeasedAdapter):
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
 
     @classmethod
-    def node_store(cls, options: Options) -> owning.CassandraNodeStore:
+    def node_store(cls, options: Options) -> nodestore.CassandraNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter cassandra``)."""
         op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
         config = cc.ClientConfig.from_options(options, op_timeout, cls.dialect)
         cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE)  # the agent may come before any database
-        return owning.CassandraNodeStore(config, options.get_float("request_poll", owning.REQUEST_POLL,
-                                                                   minimum=0.001))
+        return nodestore.CassandraNodeStore(config, options.get_float("request_poll", owning.REQUEST_POLL,
+                                                                      minimum=0.001))
 
     def ownership(self) -> owning.CassandraOwnership:
         """This database's ownership operations, on this database's client."""

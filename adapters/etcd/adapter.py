@@ -45,9 +45,9 @@ from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported 
 )
 from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end, prefix_option
 from dbwrap_py.adapters.etcd.locks import RecordLocks
+from dbwrap_py.adapters.etcd.nodestore import agent_store
 from dbwrap_py.adapters.etcd.ownership import (
     EtcdOwnership,
-    agent_store,
     compare_create,
     delete_op,
     first_kv,

@@ -50,6 +50,7 @@ from typing import TypedDict
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.fdb import library as library
+from dbwrap_py.adapters.fdb import nodestore
 from dbwrap_py.adapters.fdb import ownership as nodes
 from dbwrap_py.adapters.fdb import store as _fdb_store
 from dbwrap_py.adapters.fdb.keeper import KeeperClient, KeeperStore
@@ -268,12 +269,12 @@ class FdbAdapter(TransactionalLeasedAdapter):
         return nodes.FdbOwnership(lambda method, *args: self.store().ownership(method, *args), self.op_timeout)
 
     @classmethod
-    def node_store(cls, options: Options) -> nodes.FdbNodeStore:
+    def node_store(cls, options: Options) -> nodestore.FdbNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter fdb``), on its own network."""
         base = base_store_args(options)
         refuse_unsafe_node_cache(base["library"], options, agent=True)
         fdb = library.load(base["library"], base["api_version"])
-        return nodes.FdbNodeStore(lambda db: open_store(fdb, {**base, "db": db}),
+        return nodestore.FdbNodeStore(lambda db: open_store(fdb, {**base, "db": db}),
                                   options.get_float("op_timeout", 30.0, minimum=0.0))
 
     @property

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from dbwrap_py.adapters.fdb import nodekeys
 from dbwrap_py.adapters.fdb import ownership as nodes
 from dbwrap_py.errors import (
     Corruption,
@@ -127,7 +128,7 @@ class FdbStore:
         self.seq_key = base + b"s"
         self.openers = base + b"o"
         self.db_name = db_name
-        self.nodes = nodes.NodeKeys(prefix, base)
+        self.nodes = nodekeys.NodeKeys(prefix, base)
         self.round_trips = 0  # transactions run (the node cache's tests count them)
         self.owner = secrets.token_bytes(16)  # this process's id for receipts and openers
         self.receipt = base + b"r" + self.owner
@@ -238,9 +239,9 @@ class FdbStore:
                 if txn_holder and txn_expiry > version:  # (our own transaction takes no record locks)
                     blocker = ([self.txn_key], txn_expiry)
             else:  # a node that owns the record (node cache) is asked to hand it back
-                owner = nodes.holder(tr, self, key, version)
+                owner = nodekeys.holder(tr, self, key, version)
                 if owner is not None:
-                    nodes.ask(tr, self, key, owner.node, 0, version)
+                    nodekeys.ask(tr, self, key, owner.node, 0, version)
                     blocker = (owner.watch_keys, owner.expiry)
             if blocker is not None:
                 # armed when this transaction commits: wakes the waiter on release
@@ -334,7 +335,7 @@ class FdbStore:
             value = self.read_record(tr, key, snapshot=True)
             if not self.volatile:
                 return value, False
-            return value, nodes.holder(tr, self, key, tr.get_read_version().wait(), snapshot=True) is not None
+            return value, nodekeys.holder(tr, self, key, tr.get_read_version().wait(), snapshot=True) is not None
 
         return self.run("read", body)
 
@@ -479,7 +480,7 @@ class FdbStore:
                 return False, int.from_bytes(raw, "big") if raw is not None else 0
             for sub in (self.data, self.locks, self.openers):
                 tr.clear_range(sub, prefix_end(sub))
-            nodes.wipe(tr, self)  # and the nodes' ownerships, which no opener holds
+            nodekeys.wipe(tr, self)  # and the nodes' ownerships, which no opener holds
             self._set_opener(tr, version)
             tr.set(self.wipe_key, version.to_bytes(8, "big"))
             tr.add(self.seq_key, _ONE)

@@ -56,6 +56,7 @@ import rados
 
 from dbwrap_py.adapter import TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.rados import client as rc
+from dbwrap_py.adapters.rados import nodestore
 from dbwrap_py.adapters.rados import ownership as owning
 from dbwrap_py.errors import ConfigError, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
@@ -425,11 +426,11 @@ class RadosAdapter(TransactionalLeasedAdapter):
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
 
     @classmethod
-    def node_store(cls, options: Options) -> owning.RadosNodeStore:
+    def node_store(cls, options: Options) -> nodestore.RadosNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter rados``)."""
         op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
         prefix = options.get_str("prefix", "dbwrap_py").strip("/")
-        return owning.RadosNodeStore(rc.ClientConfig.from_options(options, op_timeout), prefix, op_timeout)
+        return nodestore.RadosNodeStore(rc.ClientConfig.from_options(options, op_timeout), prefix, op_timeout)
 
     def ownership(self) -> owning.RadosOwnership:
         """This database's ownership operations, on this process's client."""

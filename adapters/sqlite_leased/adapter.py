@@ -31,6 +31,7 @@ import os
 import sqlite3
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapters.sqlite_leased import nodestore
 from dbwrap_py.adapters.sqlite_leased import ownership as nodes
 from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql, hold_open, let_go_open
 from dbwrap_py.errors import LockConflict
@@ -160,9 +161,9 @@ class SqliteLeasedAdapter(LeasedAdapter):
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------
 
     @classmethod
-    def node_store(cls, options: Options) -> nodes.SqliteNodeStore:
+    def node_store(cls, options: Options) -> nodestore.SqliteNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter sqlite_leased``)."""
-        return nodes.SqliteNodeStore.from_options(options)
+        return nodestore.SqliteNodeStore.from_options(options)
 
     def ownership(self) -> nodes.SqliteOwnership:
         return nodes.SqliteOwnership(lambda: self.sql, self.node_cache_id, self.op_timeout)

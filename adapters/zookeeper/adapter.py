@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterator, Mapping
 
 from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapters.zookeeper import nodestore
 from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
 from dbwrap_py.adapters.zookeeper.transactions import TransactionSteps
@@ -116,7 +117,7 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     # -- the node cache (ownership.py) --------------------------------------------------
 
-    node_store = nodes.ZkNodeStore  # the agent's side: node_store(options)
+    node_store = nodestore.ZkNodeStore  # the agent's side: node_store(options)
 
     def ownership(self) -> nodes.ZkOwnership:
         return nodes.ZkOwnership(lambda: self.zk, self.base, self.root, self.op_timeout)

@@ -14,20 +14,16 @@ of the asker's session, watched by the agent. docs/adapters/zookeeper.md.
 
 from __future__ import annotations
 
-import dataclasses
-import secrets
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from kazoo.exceptions import NodeExistsError
 
-from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, record_ops, until
-from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
+from dbwrap_py.adapters.zookeeper.client import Op, Session, record_ops
+from dbwrap_py.errors import FencedOut, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.ownership_base import new_token, wipe_revision as _wipe_revision
-from dbwrap_py.nodecache.protocol import Claim, NodeLease, NodeStore, OwnedElsewhere, Ownership, Taken
-from dbwrap_py.options import Options
+from dbwrap_py.nodecache.ownership_base import ServedOwnership, new_token, wipe_revision as _wipe_revision
+from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Taken
 
 RANDOM_BITS = 32
 #: records written back in one multi (under jute.maxbuffer for small records)
@@ -75,7 +71,7 @@ class Holder(NamedTuple):
         return cls(node, int(lease, 16), int(token))
 
 
-class ZkOwnership(Ownership):
+class ZkOwnership(ServedOwnership):
     """One database's ownership operations: on a process's session (``root``
     its generation), or the agent's (``root`` None: the token's generation,
     else the current one)."""
@@ -170,27 +166,26 @@ class ZkOwnership(Ownership):
     def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
         self.zk().multi([("create", self._request(owner, key), b"", True)])  # NodeExists: asked already
 
-    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
-                   node: bytes, lease: int) -> bool:
+    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         root = self.root(token)
         fence = znode(root, "b" if via_bucket else "l", key, token)
         end: list[Op] = ([("create", znode(root, "x", key, token), b"", False)] if via_bucket else
                          [("delete", fence), ("delete", znode(root, "l", key))])
-        done = self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value)
+        return self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value)
+
+    def served(self, node: bytes, key: bytes) -> None:
         self.zk().forget(self._request(node, key))
-        return done
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         root = self.root(token)
         fence: list[Op] = [("check", znode(root, "b" if via_bucket else "l", key, token))]
         return self.zk().write(znode(root, "d", key), f"{root}/s", fence, value, True)
 
-    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
+    def drop_lock(self, key: bytes, node: bytes, lease: int) -> None:
         root = self.root()
         held = Holder.parse(self.zk().get_many([znode(root, "l", key)])[0])
         if held is not None and (held.node, held.lease) == (node, lease):
             self.zk().multi([("delete", znode(root, "l", key, held.token)), ("delete", znode(root, "l", key))])
-        self.zk().forget(self._request(node, key))
 
     def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
         root, zk = self.root(token), self.zk()
@@ -227,57 +222,3 @@ class ZkOwnership(Ownership):
 
     def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
         return self.zk().stat(self._request(owner, key)) is not None
-
-
-class ZkNodeStore(NodeStore):
-    """The node agent's session: its lease, its requests, and the databases' ownership."""
-
-    def __init__(self, options: Options) -> None:
-        prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
-        self.top, self.node = f"/{prefix}" if prefix else "", ""
-        self.nodes = f"{self.top}/_nodes"
-        self.config = ZkConfig(options.get_str("hosts", ""), 0.0, options.get_float("op_timeout", 10.0, minimum=0.1))
-        self._zk: Session | None = None
-
-    @property
-    def zk(self) -> Session:
-        if self._zk is None:
-            raise Unavailable("zookeeper: the node agent has no session before its grant")
-        return self._zk
-
-    def grant(self, node: bytes, ttl: float) -> NodeLease:
-        self.node = node.decode()
-        if self._zk is None:  # the session is the lease: its timeout, the TTL
-            self._zk = Session(dataclasses.replace(self.config, session_timeout=ttl))
-        self.zk.ensure(f"{self.nodes}/a", f"{self.nodes}/l", f"{self.nodes}/r/{self.node}")
-        lease = secrets.randbits(62) or 1
-        register: list[Op] = [("create", f"{self.nodes}/a/{self.node}", b"%x" % lease, True),
-                              ("create", lease_path(self.nodes, lease), node, True)]
-        try:  # a dead predecessor's session may linger for its timeout
-            until(lambda: self.zk.multi(register) is None, ttl + self.config.op_timeout, False, "the node name")
-        except Timeout:
-            raise LockConflict(f"node name {self.node!r} is registered by a live agent") from None
-        return NodeLease(lease, ttl)
-
-    def keepalive(self, lease: NodeLease, timeout: float) -> float:
-        """A round trip renews the session; the lease lives while its fence does, in our session."""
-        stat = self.zk.stat(lease_path(self.nodes, lease.id), timeout)
-        return lease.ttl if stat is not None and stat.ephemeralOwner == self.zk.client.client_id[0] else 0.0
-
-    def revoke(self, lease: NodeLease) -> None:
-        self.zk.multi([("delete", lease_path(self.nodes, lease.id)), ("delete", f"{self.nodes}/a/{self.node}")])
-
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
-        for name in self.zk.new_children(f"{self.nodes}/r/{node.decode()}", stop):
-            db, _, key = name.partition(".")
-            yield bytes.fromhex(db), bytes.fromhex(key)
-
-    def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
-        self.zk.multi([("delete", f"{self.nodes}/r/{node.decode()}/{db_id.hex()}.{key.hex()}")])
-
-    def database(self, db_id: bytes) -> ZkOwnership:
-        return ZkOwnership(lambda: self.zk, f"{self.top}/{db_id.decode()}", None, self.config.op_timeout)
-
-    def close(self) -> None:
-        if self._zk is not None:
-            self._zk.stop()

@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("cassandra")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
-from dbwrap_py.adapters.cassandra.ownership import CassandraNodeStore, generation_of  # noqa: E402
+from dbwrap_py.adapters.cassandra.nodestore import CassandraNodeStore  # noqa: E402
+from dbwrap_py.adapters.cassandra.ownership import generation_of  # noqa: E402
 from dbwrap_py.adapters.cassandra.adapter import CassandraAdapter  # noqa: E402
 from dbwrap_py.errors import ConfigError  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402

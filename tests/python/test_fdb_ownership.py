@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
-from dbwrap_py.adapters.fdb.ownership import FdbNodeStore
+from dbwrap_py.adapters.fdb.nodestore import FdbNodeStore
 from dbwrap_py.adapters.fdb.adapter import FdbAdapter
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import OwnedElsewhere

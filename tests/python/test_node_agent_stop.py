@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from dbwrap_py.adapters.sqlite_leased.ownership import POLL_SECONDS, SqliteNodeStore
+from dbwrap_py.adapters.sqlite_leased.nodestore import POLL_SECONDS, SqliteNodeStore
 from dbwrap_py.nodecache.agent import NodeAgent
 from dbwrap_py.nodecache.protocol import NodeLease
 from dbwrap_py.nodecache.state import STATE_FILE

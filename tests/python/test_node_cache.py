@@ -138,7 +138,7 @@ class RadosBackend:
     def holdings(self, node: bytes) -> int:
         """Record locks and bucket claims the node holds on a live lease, in every object under the prefix."""
         from dbwrap_py.adapters.rados import client as rc
-        from dbwrap_py.adapters.rados.ownership import Leases, parse_holder
+        from dbwrap_py.adapters.rados.nodenames import Leases, parse_holder
 
         ops = rc.Ops(rc.ClientConfig.from_options(self.options(), 5.0))
         leases = Leases(ops, self.shared.prefix)
@@ -179,7 +179,7 @@ class CassandraBackend:
     def holdings(self, node: bytes) -> int:
         """Record locks and bucket claims the node holds on a live lease, in every database."""
         from dbwrap_py.adapters.cassandra import client as cc
-        from dbwrap_py.adapters.cassandra.ownership import parse_holder
+        from dbwrap_py.adapters.cassandra.nodecql import parse_holder
 
         config = cc.ClientConfig.from_options(Options(self.options()), 5.0)
         client = cc.Client(config)

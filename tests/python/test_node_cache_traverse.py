@@ -183,7 +183,7 @@ def test_a_polled_request_outlives_its_expiry_while_the_asking_node_lives():
     that gone means served. One asked beside it and not polled expires."""
     import threading
 
-    from dbwrap_py.adapters.fdb.ownership import REQUEST_SECONDS
+    from dbwrap_py.adapters.fdb.nodekeys import REQUEST_SECONDS
     from dbwrap_py.adapters.fdb.adapter import FdbAdapter
     from dbwrap_py.options import Options
 

@@ -107,3 +107,76 @@ def test_a_called_ownership_turns_plain_answers_into_the_protocol() -> None:
     assert refused.value.node == b"m"
     assert ownership.claim(2, b"n", 1) is None
     assert ("write_back", b"k", None, 5, True, b"n", 1) in calls
+
+
+def _take(answers: list[Any], standing: bool = True) -> tuple[Taken, list[ob.Held]]:
+    """take_retrying over ``answers`` in turn; the holds it asked ``standing`` about."""
+    asked: list[ob.Held] = []
+
+    def is_standing(held: ob.Held) -> bool:
+        asked.append(held)
+        return standing
+
+    return ob.take_retrying(b"k", b"me", 7, 5.0, "its row", lambda: answers.pop(0), is_standing), asked
+
+
+def test_a_take_that_applies_is_its_answer_and_asks_about_no_hold() -> None:
+    assert _take([ob.Refused(), Taken(b"v", 3)]) == (Taken(b"v", 3), [])
+
+
+def test_a_take_meeting_its_own_hold_takes_it_as_found() -> None:
+    own = ob.Held(b"me", 7, 99, via_bucket=True)
+    assert _take([ob.Refused(b"v", own)]) == (Taken(b"v", 99, via_bucket=True), [])
+
+
+def test_a_take_meeting_a_live_node_is_owned_elsewhere_and_a_dead_one_is_tried_again() -> None:
+    other = ob.Held(b"other", 8, 5)
+    with pytest.raises(OwnedElsewhere) as refused:
+        _take([ob.Refused(b"v", other)])
+    assert refused.value.node == b"other"
+    assert _take([ob.Refused(b"v", other), Taken(b"v", 6)], standing=False) == (Taken(b"v", 6), [other])
+
+
+def test_a_take_meeting_a_process_lock_is_refused_without_a_node() -> None:
+    with pytest.raises(OwnedElsewhere, match="locked by a process") as refused:
+        _take([ob.Refused(by_process=True)])
+    assert refused.value.node is None
+
+
+def test_live_owners_asks_once_and_not_at_all_for_nothing() -> None:
+    asked: list[set[tuple[bytes, int]]] = []
+
+    def live(found: set[tuple[bytes, int]]) -> list[bytes]:
+        asked.append(found)
+        return [node for node, lease in found if lease % 2]
+
+    assert ob.live_owners([], live) == frozenset() and asked == []
+    assert ob.live_owners([(b"a", 1), (b"a", 1), (b"b", 2)], live) == {b"a"}
+    assert asked == [{(b"a", 1), (b"b", 2)}]
+
+
+class _Steps(ob.ServedOwnership):
+    """A ServedOwnership that records its steps (the rest of Ownership unused)."""
+
+    def __init__(self, fenced: bool) -> None:
+        self.fenced, self.steps = fenced, []  # type: ignore[var-annotated]
+
+    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        self.steps.append(("write back", key))
+        return self.fenced
+
+    def drop_lock(self, key: bytes, node: bytes, lease: int) -> None:
+        self.steps.append(("drop", key))
+
+    def served(self, node: bytes, key: bytes) -> None:
+        self.steps.append(("served", node))
+
+    take = claim = request_release = write_through = release_bucket = owner = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+def test_a_write_back_and_a_let_go_end_with_the_request_served_either_way(fenced: bool) -> None:
+    own = _Steps(fenced)
+    assert own.write_back(b"k", b"v", 1, False, b"n", 2) is fenced
+    own.let_go(b"k", b"n", 2)
+    assert own.steps == [("write back", b"k"), ("served", b"n"), ("drop", b"k"), ("served", b"n")]

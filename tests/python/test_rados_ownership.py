@@ -17,7 +17,8 @@ rados = pytest.importorskip("rados")
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec  # noqa: E402
 from dbwrap_py.adapters.rados import client as rc  # noqa: E402
-from dbwrap_py.adapters.rados.ownership import RadosNodeStore, node_oid, request_entry  # noqa: E402
+from dbwrap_py.adapters.rados.nodenames import node_oid, request_entry  # noqa: E402
+from dbwrap_py.adapters.rados.nodestore import RadosNodeStore  # noqa: E402
 from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
 from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402

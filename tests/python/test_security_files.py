@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
-from dbwrap_py.adapters.sqlite_leased.ownership import SqliteNodeStore
+from dbwrap_py.adapters.sqlite_leased.nodestore import SqliteNodeStore
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import UnsafePath
 from dbwrap_py.nodecache.agent import NodeAgent, NodeAgentProcess

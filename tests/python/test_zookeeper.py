@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
-from dbwrap_py.adapters.zookeeper.ownership import ZkNodeStore
+from dbwrap_py.adapters.zookeeper.nodestore import ZkNodeStore
 from dbwrap_py.conformance.pytest_plugin import conformance_tests
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable

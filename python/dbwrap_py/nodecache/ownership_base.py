@@ -3,7 +3,8 @@
 What every store's ``Ownership`` and ``NodeStore`` would otherwise write
 again, each rule once: tokens drawn from a wipe count, a holder's
 ``node:lease`` mark, the retries of a node lease's grant and of a take whose
-record keeps changing, the agent's loop that finds new release requests, a
+record keeps changing (and what a refused take does with the hold it met),
+the live nodes among a database's holders, the agent's loop that finds new release requests, a
 node store's open databases, and an ``Ownership`` reached through plain
 calls (a relay after a fork), its answers turned into ``Taken``,
 ``OwnedElsewhere`` and ``Claim`` here.
@@ -11,10 +12,12 @@ calls (a relay after a fork), its answers turned into ``Taken``,
 
 from __future__ import annotations
 
+import abc
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from dbwrap_py.errors import LockConflict, Timeout
@@ -79,6 +82,61 @@ def grant_retrying(node: bytes, attempt: Callable[[], T], ttl: float, op_timeout
     raise LockConflict(f"node name {node.decode()!r} {refused}")
 
 
+# -- a take that meets a hold ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Held:
+    """A node's hold on a record: by record lock, or by its bucket's claim."""
+
+    node: bytes
+    lease: int
+    token: int
+    via_bucket: bool = False
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A take that did not apply: the record's value as read, and the node
+    hold it met (None: nobody's now, try again) or a process's lock."""
+
+    value: bytes | None = None
+    held: Held | None = None
+    by_process: bool = False
+
+
+def take_retrying(key: bytes, node: bytes, lease: int, seconds: float, what: str,
+                  attempt: Callable[[], Taken | Refused], standing: Callable[[Held], bool]) -> Taken:
+    """``Ownership.take`` for a store whose take is one guarded step:
+    ``attempt`` at each of ``attempts`` (``what``: the record it guards on).
+    A hold of the taker's own (a taker of its died before keeping it, or its
+    bucket) is taken as found; another node's refuses the take if it is
+    ``standing`` (its lease lives; else ``standing`` removed it, and the
+    next attempt guards on that)."""
+    for _ in attempts(seconds, f"take {key!r}: {what}"):
+        found = attempt()
+        if isinstance(found, Taken):
+            return found
+        if found.by_process:
+            raise OwnedElsewhere(None, f"{key!r} is locked by a process")
+        held = found.held
+        if held is None:
+            continue  # free now (a wrong guess, or detached): again, guarded on what was read
+        if (held.node, held.lease) == (node, lease):
+            return Taken(found.value, held.token, via_bucket=held.via_bucket)
+        if standing(held):
+            raise OwnedElsewhere(held.node, f"{key!r} is held by node {held.node.decode()}")
+    raise AssertionError("attempts() ends by raising")
+
+
+def live_owners(holders: Iterable[tuple[bytes, int]], live: Callable[[set[tuple[bytes, int]]], Iterable[bytes]]
+                ) -> frozenset[bytes]:
+    """``Ownership.owners`` from the (node, lease) of every hold found:
+    ``live`` answers the nodes of those whose leases live (asked once, and
+    not at all when nothing is held)."""
+    found = set(holders)
+    return frozenset(live(found)) if found else frozenset()
+
+
 # -- the agent's release requests ---------------------------------------------------------------
 
 def new_requests(read: Callable[[], Mapping[K, Request | None]], wait: Callable[[], None],
@@ -96,6 +154,37 @@ def new_requests(read: Callable[[], Mapping[K, Request | None]], wait: Callable[
                 yield request
         seen = set(found)
         wait()
+
+
+# -- ending an ownership ------------------------------------------------------------------------
+
+class ServedOwnership(Ownership):
+    """An ``Ownership`` whose write-back and let-go are each a step on the
+    record, then the release request to the node removed (``served``), as
+    the protocol asks: the store supplies the steps."""
+
+    @abc.abstractmethod
+    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        """``write_back``'s step: store ``value`` and end the ownership (a
+        record lock goes, a bucket's key is detached), fenced on ``token``."""
+
+    @abc.abstractmethod
+    def drop_lock(self, key: bytes, node: bytes, lease: int) -> None:
+        """``let_go``'s step: the record lock ``node`` holds on ``lease`` goes."""
+
+    @abc.abstractmethod
+    def served(self, node: bytes, key: bytes) -> None:
+        """The release request to ``node`` for ``key`` goes (if there is one)."""
+
+    def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                   node: bytes, lease: int) -> bool:
+        done = self.write_back_fenced(key, value, token, via_bucket)
+        self.served(node, key)
+        return done
+
+    def let_go(self, key: bytes, node: bytes, lease: int) -> None:
+        self.drop_lock(key, node, lease)
+        self.served(node, key)
 
 
 # -- a node store's databases -----------------------------------------------------------------

@@ -103,7 +103,8 @@ class RadosAdapter(TransactionalLeasedAdapter):
                "in a persistent database a record lock waits for another process's transaction; "
                "a transaction does not wait for record locks taken before it started"))
     options_schema = (*LEASE_OPTIONS, *rc.CLIENT_OPTIONS, PREFIX,
-                      Option("objects", int, DEFAULT_OBJECTS, minimum=1, help="objects a volatile database spreads over"))
+                      Option("objects", int, DEFAULT_OBJECTS, minimum=1,
+                             help="objects a volatile database spreads over"))
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
     #: a notify wakes a waiter; a dead holder sends none, so it polls

@@ -54,7 +54,8 @@ DEFAULT_LEASE = 2.0
 
 class SqliteLeasedAdapter(LeasedAdapter):
     capabilities = Capabilities(transactions=True, lock_release_seconds=DEFAULT_LEASE)
-    options_schema = (*LEASE_OPTIONS, Option("cluster_file", str, "", help="the nodes file (default: beside the database)"))
+    options_schema = (*LEASE_OPTIONS,
+                      Option("cluster_file", str, "", help="the nodes file (default: beside the database)"))
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
 

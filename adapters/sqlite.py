@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 
-from dbwrap_py import Adapter, Capabilities, LockConflict
+from dbwrap_py import Adapter, Capabilities, LockConflict, Option
 from dbwrap_py.safe_files import open_file, sqlite_file
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);
@@ -18,11 +18,11 @@ _lock_files = {}  # fcntl locks are per process: one lock file per database, as 
 
 class SqliteAdapter(Adapter):
     capabilities = Capabilities(transactions=True)
-    option_names = ("timeout",)  # seconds to wait for sqlite's write lock
+    options_schema = (Option("timeout", float, 30.0, minimum=0.0, help="seconds to wait for sqlite's write lock"),)
 
     def __init__(self, spec, options):
         super().__init__(spec, options)
-        self.timeout = options.get_float("timeout", 30.0, minimum=0.0)
+        self.timeout = options.value("timeout")
         self._inherited = []  # a forked child never closes its parent's handles
         self._connect()
 

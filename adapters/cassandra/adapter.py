@@ -78,7 +78,7 @@ from dbwrap_py.errors import AdapterContractError, ConfigError, Timeout
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.retry import Backoff, retry_until
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
@@ -164,7 +164,10 @@ class CassandraAdapter(TransactionalLeasedAdapter):
                "in a persistent database a record lock waits for another process's transaction; "
                "a transaction does not wait for record locks taken before it started",
                "a traverse of a volatile database reads its rows through a secondary index on db"))
-    option_names = (*LEASE_OPTIONS, *cc.OPTION_NAMES, "layout", "request_poll")
+    options_schema = (*LEASE_OPTIONS, *cc.CLIENT_OPTIONS,
+                      Option("layout", str, None, help="records or buckets (default: buckets with the node cache)"),
+                      Option("request_poll", float, owning.REQUEST_POLL, minimum=0.001,
+                             help="seconds between the node agent's polls for ownership requests"))
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.SERVER_TTL
     #: Cassandra purges an expired cell when it is read: no lag beyond the second
@@ -193,7 +196,8 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         self.node_cache_id = self.name.encode()
         #: records (a partition per record) or buckets (the node cache's: a partition per bucket);
         #: a volatile database's first opener of a generation chooses, later ones follow
-        self.layout = options.get_str("layout", BUCKETS if node_cache_mode(options) else RECORDS)
+        layout = options.value("layout")
+        self.layout = (BUCKETS if node_cache_mode(options) else RECORDS) if layout is None else layout
         if self.layout not in (RECORDS, BUCKETS):
             raise ConfigError(f"layout = {self.layout!r}: {RECORDS} or {BUCKETS}")
         if not spec.persistent:
@@ -458,11 +462,11 @@ class CassandraAdapter(TransactionalLeasedAdapter):
     @classmethod
     def node_store(cls, options: Options) -> nodestore.CassandraNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter cassandra``)."""
-        op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
+        options = cls.options_of(options)
+        op_timeout = options.value("op_timeout")
         config = cc.ClientConfig.from_options(options, op_timeout, cls.dialect)
         cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE)  # the agent may come before any database
-        return nodestore.CassandraNodeStore(config, options.get_float("request_poll", owning.REQUEST_POLL,
-                                                                      minimum=0.001))
+        return nodestore.CassandraNodeStore(config, options.value("request_poll"))
 
     def ownership(self) -> owning.CassandraOwnership:
         """This database's ownership operations, on this database's client."""

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, InvalidParameter, Timeout, Unavailable
-from dbwrap_py.options import PASSWORD_OPTIONS, Options, password_of
+from dbwrap_py.options import PASSWORD_OPTIONS, Option, Options, password_of
 
 #: Cassandra's native protocol port
 DEFAULT_PORT = 9042
@@ -46,8 +46,22 @@ CAS_WRITE_UNKNOWN = 0x1700
 CONSISTENCIES = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM",
                  "LOCAL_ONE")
 SERIAL_CONSISTENCIES = ("SERIAL", "LOCAL_SERIAL")
-OPTION_NAMES = ("contact_points", "keyspace", "replication_factor", "consistency", "serial_consistency",
-                "user", *PASSWORD_OPTIONS, "tls_ca", "tls_cert", "tls_key", "tls_check_hostname", "dialect")
+#: the options ClientConfig reads (the adapter's and the node agent's)
+CLIENT_OPTIONS = (
+    Option("contact_points", list, ["127.0.0.1"], help="HOST or HOST:PORT, comma or space separated"),
+    Option("keyspace", str, "dbwrap_py", help="letters, digits and _, at most 48"),
+    Option("replication_factor", int, 1, minimum=1, help="the keyspace's, when this creates it"),
+    Option("consistency", str, "QUORUM", help="the consistency of reads and plain writes"),
+    Option("serial_consistency", str, "SERIAL", help="SERIAL or LOCAL_SERIAL"),
+    Option("user", str, "", help="the Cassandra user (with a password)"),
+    *PASSWORD_OPTIONS,
+    Option("tls_ca", str, "", help="CA certificate file (TLS)"),
+    Option("tls_cert", str, "", help="client certificate file (TLS)"),
+    Option("tls_key", str, "", help="client key file (TLS, with tls_cert)"),
+    Option("tls_check_hostname", bool, True, help="no: check only the CA, not the name"),
+    Option("dialect", str, None, help="cassandra or scylla (default: the adapter's)"),
+)
+OPTION_NAMES = tuple(option.name for option in CLIENT_OPTIONS)
 #: cassandra: cassandra-driver; scylla: scylla-driver (shard-aware), ScyllaDB's LWT rules when the server is one
 DIALECTS = ("cassandra", "scylla")
 
@@ -82,33 +96,33 @@ class ClientConfig:
 
     @classmethod
     def from_options(cls, options: Options, op_timeout: float, dialect: str = "cassandra") -> "ClientConfig":
-        points = []
-        for point in options.get_list("contact_points", ["127.0.0.1"]):
+        options, points = Options(dict(options), CLIENT_OPTIONS), []
+        for point in options.value("contact_points"):
             host, _, port = point.strip().rpartition(":") if ":" in point else (point.strip(), "", "")
             try:
                 points.append((host or point.strip(), int(port) if port else DEFAULT_PORT))
             except ValueError:
                 raise ConfigError(f"contact_points: {point!r} is not HOST or HOST:PORT") from None
-        keyspace = options.get_str("keyspace", "dbwrap_py")
+        keyspace = options.value("keyspace")
         if not keyspace.replace("_", "").isalnum() or len(keyspace) > 48:
             raise ConfigError(f"keyspace = {keyspace!r}: letters, digits and _, at most 48")
-        consistency = options.get_str("consistency", "QUORUM").upper()
+        consistency = options.value("consistency").upper()
         if consistency not in CONSISTENCIES:
             raise ConfigError(f"consistency = {consistency!r}: one of {', '.join(CONSISTENCIES)}")
-        serial = options.get_str("serial_consistency", "SERIAL").upper()
+        serial = options.value("serial_consistency").upper()
         if serial not in SERIAL_CONSISTENCIES:
             raise ConfigError(f"serial_consistency = {serial!r}: SERIAL or LOCAL_SERIAL")
-        dialect = options.get_str("dialect", dialect).lower()
+        dialect = (dialect if options.value("dialect") is None else options.value("dialect")).lower()
         if dialect not in DIALECTS:
             raise ConfigError(f"dialect = {dialect!r}: cassandra or scylla")
         if dialect == "scylla" and not scylla_driver():
             raise ConfigError("dialect = scylla needs scylla-driver, which cannot share a venv with "
                               "cassandra-driver: use .venv-scylla (make venv-scylla)")
         tls = _tls_context(options)
-        user, password = options.get_str("user", ""), password_of(options, tls=tls is not None)
+        user, password = options.value("user"), password_of(options, tls=tls is not None)
         if bool(user) != bool(password):
             raise ConfigError("give user and password (or password_file) together")
-        return cls(tuple(points), keyspace, options.get_int("replication_factor", 1, minimum=1),
+        return cls(tuple(points), keyspace, options.value("replication_factor"),
                    consistency, serial, op_timeout, dialect, user, password, tls)
 
 
@@ -120,7 +134,7 @@ def scylla_driver() -> bool:
 
 
 def _tls_context(options: Options) -> ssl.SSLContext | None:
-    ca, cert, key = (options.get_str(name, "") for name in ("tls_ca", "tls_cert", "tls_key"))
+    ca, cert, key = (options.value(name) for name in ("tls_ca", "tls_cert", "tls_key"))
     if not (ca or cert):
         return None
     try:
@@ -131,7 +145,7 @@ def _tls_context(options: Options) -> ssl.SSLContext | None:
         raise ConfigError(f"TLS: {exc}") from exc
     # the server's certificate must name the contact point (an address needs
     # an IP SAN); tls_check_hostname = no keeps only the CA check
-    context.check_hostname = options.get_bool("tls_check_hostname", True)
+    context.check_hostname = options.value("tls_check_hostname")
     return context
 
 

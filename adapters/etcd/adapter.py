@@ -34,6 +34,7 @@ from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported beside the other defaults
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,
+    CLIENT_OPTIONS,
     _b64,
     _Compacted,
     _Config,
@@ -43,7 +44,7 @@ from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported 
     _sessions,
     _unb64,
 )
-from dbwrap_py.adapters.etcd.keys import DatabaseKeys, prefix_end, prefix_option
+from dbwrap_py.adapters.etcd.keys import DEFAULT_PREFIX, DatabaseKeys, prefix_end, prefix_option
 from dbwrap_py.adapters.etcd.locks import RecordLocks
 from dbwrap_py.adapters.etcd.nodestore import agent_store
 from dbwrap_py.adapters.etcd.ownership import (
@@ -56,8 +57,8 @@ from dbwrap_py.adapters.etcd.ownership import (
 )
 from dbwrap_py.adapters.etcd.transactions import TransactionSteps
 from dbwrap_py.errors import ConfigError, Corruption, DbwrapError, Unavailable
-from dbwrap_py.leased import LeaseSource
-from dbwrap_py.options import PASSWORD_OPTIONS, Options
+from dbwrap_py.leased import PREFIX, LeaseSource
+from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
 DEFAULT_PAGE_SIZE = 500
@@ -84,8 +85,8 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
             "and an open adapter's capabilities give it for the configured one",
         ),
     )
-    option_names = ("endpoints", "prefix", "lease_ttl", "op_timeout", "page_size", "ca_file", "cert_file",
-                    "key_file", "user", *PASSWORD_OPTIONS)
+    options_schema = (*CLIENT_OPTIONS, PREFIX.with_default(DEFAULT_PREFIX),
+                      Option("page_size", int, DEFAULT_PAGE_SIZE, minimum=1, help="keys per range request"))
     lease_source = LeaseSource.SERVER_TTL
     lease_slack = LESSOR_TICK
     default_lease = float(DEFAULT_LEASE_TTL)
@@ -93,13 +94,13 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
     @classmethod
     def lease_for(cls, options: Mapping[str, str]) -> float:
         """The process lease's TTL (option lease_ttl, whole seconds)."""
-        return float(Options(dict(options)).get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1))
+        return float(cls.options_of(options).value("lease_ttl"))
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
         self.config = _Config.from_options(options)
         self.op_timeout = self.config.op_timeout  # etcd's default, not the framework's
-        self.page_size = options.get_int("page_size", DEFAULT_PAGE_SIZE, minimum=1)
+        self.page_size = options.value("page_size")
         prefix = prefix_option(options)
         if not prefix:
             raise ConfigError("option prefix must not be empty")

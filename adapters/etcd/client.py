@@ -39,11 +39,22 @@ from dbwrap_py.errors import (
     Timeout,
     Unavailable,
 )
-from dbwrap_py.leased import renewal_timeout
-from dbwrap_py.options import Options, password_of
+from dbwrap_py.leased import OP_TIMEOUT, renewal_timeout
+from dbwrap_py.options import PASSWORD_OPTIONS, Option, Options, password_of
 
 DEFAULT_LEASE_TTL = 10
 DEFAULT_OP_TIMEOUT = 10.0
+#: the options _Config reads (the adapter's and the node agent's)
+CLIENT_OPTIONS = (
+    Option("endpoints", list, [], help="host:port[,host:port...] (required); https:// for TLS"),
+    Option("lease_ttl", int, DEFAULT_LEASE_TTL, minimum=1, help="seconds, the process lease's TTL"),
+    OP_TIMEOUT.with_default(DEFAULT_OP_TIMEOUT),
+    Option("ca_file", str, "", help="CA certificate file (TLS)"),
+    Option("cert_file", str, "", help="client certificate file (TLS, with key_file)"),
+    Option("key_file", str, "", help="client key file (TLS, with cert_file)"),
+    Option("user", str, "", help="etcd user (with a password)"),
+    *PASSWORD_OPTIONS,
+)
 #: the largest reply body read: a bigger one is refused, not allocated (a scan
 #: page is page_size records; etcd's --max-request-bytes bounds each)
 MAX_REPLY_BYTES = 128 << 20
@@ -150,17 +161,18 @@ class _Config:
 
     @classmethod
     def from_options(cls, options: Options) -> "_Config":
-        ca_file = options.get_str("ca_file", "") or None
-        cert_file = options.get_str("cert_file", "") or None
-        key_file = options.get_str("key_file", "") or None
-        user = options.get_str("user", "") or None
+        options = options.with_schema(CLIENT_OPTIONS)
+        ca_file = options.value("ca_file") or None
+        cert_file = options.value("cert_file") or None
+        key_file = options.value("key_file") or None
+        user = options.value("user") or None
         for name, path in (("ca_file", ca_file), ("cert_file", cert_file), ("key_file", key_file)):
             if path is not None and not os.path.isfile(path):
                 raise ConfigError(f"option {name}={path!r}: no such file")
         if (cert_file is None) != (key_file is None):
             raise ConfigError("options cert_file and key_file go together")
         tls_default = ca_file is not None or cert_file is not None
-        raw = options.get_list("endpoints", [])
+        raw = options.value("endpoints")
         if not raw:
             raise ConfigError("option endpoints is required (host:port[,host:port...])")
         endpoints = tuple(_parse_endpoint(item, tls_default) for item in raw)
@@ -169,8 +181,8 @@ class _Config:
             raise ConfigError("options user and password (or password_file) go together")
         return cls(
             endpoints=endpoints,
-            lease_ttl=options.get_int("lease_ttl", DEFAULT_LEASE_TTL, minimum=1),
-            op_timeout=_positive(options.get_float("op_timeout", DEFAULT_OP_TIMEOUT), "op_timeout"),
+            lease_ttl=options.value("lease_ttl"),
+            op_timeout=_positive(options.value("op_timeout"), "op_timeout"),
             ca_file=ca_file,
             cert_file=cert_file,
             key_file=key_file,

@@ -57,9 +57,9 @@ from dbwrap_py.adapters.fdb.keeper import KeeperClient, KeeperStore
 from dbwrap_py.adapters.fdb.relay import RelayStore, RemoteStore
 from dbwrap_py.adapters.fdb.store import FdbStore
 from dbwrap_py.errors import ConfigError, Unavailable
-from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, PREFIX, Keep, LeaseSource
 from dbwrap_py.nodecache.adapter import node_cache_mode
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.retry import DEFAULT, UNTIL_WOKEN
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
@@ -100,8 +100,16 @@ class FdbAdapter(TransactionalLeasedAdapter):
         notes=("values over 100,000 bytes are split across keys, written in one transaction",
                "a persistent database's transaction commits at most 10,000,000 bytes"),
     )
-    option_names = (*LEASE_OPTIONS, "fdb_library", "cluster_file", "api_version", "prefix",
-                    "transaction_timeout", "retry_limit", "page_size")
+    options_schema = (
+        *LEASE_OPTIONS, library.FDB_LIBRARY,
+        Option("cluster_file", str, "", help="the fdb.cluster file (default: fdb's own)"),
+        Option("api_version", int, library.DEFAULT_API_VERSION, minimum=13, help="the FoundationDB API version"),
+        PREFIX.with_default(DEFAULT_PREFIX),
+        Option("transaction_timeout", float, 5.0, minimum=0.0,
+               help="seconds one FoundationDB transaction may take, retries included"),
+        Option("retry_limit", int, 100, minimum=-1, help="retries of one transaction (-1: no limit)"),
+        Option("page_size", int, DEFAULT_PAGE_SIZE, minimum=1, help="keys per range read"),
+    )
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
     #: a refused take leaves a watch on what refused it: a waiter sleeps on it
@@ -114,7 +122,7 @@ class FdbAdapter(TransactionalLeasedAdapter):
         self._base_args = base_store_args(options)
         self.library = self._base_args["library"]
         self.prefix = self._base_args["prefix"]
-        self.page_size = options.get_int("page_size", DEFAULT_PAGE_SIZE, minimum=1)
+        self.page_size = options.value("page_size")
         refuse_unsafe_node_cache(self.library, options)
         # selects the API version and loads libfdb_c now, so a missing library fails the
         # open with its name; the network thread is not started here (see the docstring)
@@ -275,7 +283,7 @@ class FdbAdapter(TransactionalLeasedAdapter):
         refuse_unsafe_node_cache(base["library"], options, agent=True)
         fdb = library.load(base["library"], base["api_version"])
         return nodestore.FdbNodeStore(lambda db: open_store(fdb, {**base, "db": db}),
-                                  options.get_float("op_timeout", 30.0, minimum=0.0))
+                                      cls.options_of(options).value("op_timeout"))
 
     @property
     def round_trips(self) -> int:
@@ -296,18 +304,19 @@ class FdbAdapter(TransactionalLeasedAdapter):
 def base_store_args(options: Options) -> StoreArgs:
     """The store arguments every database of these options shares (db,
     volatile and join are the database's own)."""
-    prefix = options.get_str("prefix", DEFAULT_PREFIX)
+    options = options.with_schema(FdbAdapter.options_schema)
+    prefix = options.value("prefix")
     if not prefix:
         raise ConfigError("option prefix must not be empty")
     # absolute, as this process names it now: the opener keeper and the relays run in /
-    cluster_file = options.get_str("cluster_file", "")
+    cluster_file = options.value("cluster_file")
     # transaction_timeout is per FoundationDB transaction, retries included
     return {"library": library.kind_of(options),
-            "api_version": options.get_int("api_version", library.DEFAULT_API_VERSION, minimum=13),
+            "api_version": options.value("api_version"),
             "cluster_file": os.path.abspath(cluster_file) if cluster_file else None,  # None: fdb's default
             "prefix": prefix.encode(), "db": b"", "volatile": True,
-            "timeout_ms": int(options.get_float("transaction_timeout", 5.0, minimum=0.0) * 1000),
-            "retry_limit": options.get_int("retry_limit", 100, minimum=-1), "join": False,
+            "timeout_ms": int(options.value("transaction_timeout") * 1000),
+            "retry_limit": options.value("retry_limit"), "join": False,
             "opener_ttl": _fdb_store.OPENER_TTL}
 
 

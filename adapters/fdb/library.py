@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from dbwrap_py.errors import ConfigError
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 
 LIBRARIES = {"real": "fdb", "model": "dbwrap_py.testing.fdb_model"}
 #: the API version of the pinned binding (foundationdb 7.3.x)
 DEFAULT_API_VERSION = 730
+#: which binding: real (libfdb_c) or model (the in-process test model)
+FDB_LIBRARY = Option("fdb_library", str, "real", help="real (libfdb_c) or model (the test model)")
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[ModuleType, int]] = {}
@@ -36,7 +38,7 @@ _databases: dict[tuple[str, str], Any] = {}
 
 def kind_of(options: Mapping[str, str]) -> str:
     """The ``fdb_library`` option's value, normalised (``real`` if unset)."""
-    return Options(dict(options)).get_str("fdb_library", "real").strip().lower()
+    return Options(dict(options), (FDB_LIBRARY,)).value("fdb_library").strip().lower()
 
 
 def load(kind: str, api_version: int) -> ModuleType:

@@ -59,9 +59,9 @@ from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.adapters.rados import nodestore
 from dbwrap_py.adapters.rados import ownership as owning
 from dbwrap_py.errors import ConfigError, Timeout
-from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
+from dbwrap_py.leased import KEEP, LEASE_OPTIONS, PREFIX, Keep, LeaseSource
 from dbwrap_py.nodecache.layout import BUCKETS
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.retry import Backoff, retry_until
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
@@ -103,7 +103,9 @@ class RadosAdapter(TransactionalLeasedAdapter):
         notes=("a persistent database is one object: its transaction commits in one write op",
                "in a persistent database a record lock waits for another process's transaction; "
                "a transaction does not wait for record locks taken before it started"))
-    option_names = (*LEASE_OPTIONS, "conf", "mon_host", "pool", "objects", "prefix", "user", "keyring")
+    options_schema = (*LEASE_OPTIONS, *rc.CLIENT_OPTIONS, PREFIX,
+                      Option("objects", int, DEFAULT_OBJECTS, minimum=1,
+                             help="objects a volatile database spreads over"))
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
     #: a notify wakes a waiter; a dead holder sends none, so it polls
@@ -112,10 +114,10 @@ class RadosAdapter(TransactionalLeasedAdapter):
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
         self.config = rc.ClientConfig.from_options(options, self.op_timeout)
-        prefix = options.get_str("prefix", "dbwrap_py").strip("/")
+        prefix = options.value("prefix").strip("/")
         if not prefix:
             raise ConfigError("option prefix must not be empty")
-        objects = options.get_int("objects", DEFAULT_OBJECTS, minimum=1)
+        objects = options.value("objects")
         if objects > BUCKETS:
             raise ConfigError(f"objects = {objects}: at most {BUCKETS}, the buckets records are placed by")
         self.objects = 1 if spec.persistent else objects
@@ -428,8 +430,8 @@ class RadosAdapter(TransactionalLeasedAdapter):
     @classmethod
     def node_store(cls, options: Options) -> nodestore.RadosNodeStore:
         """The node agent's side (``dbwrap-py node-agent --adapter rados``)."""
-        op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
-        prefix = options.get_str("prefix", "dbwrap_py").strip("/")
+        options = cls.options_of(options)
+        op_timeout, prefix = options.value("op_timeout"), options.value("prefix").strip("/")
         return nodestore.RadosNodeStore(rc.ClientConfig.from_options(options, op_timeout), prefix, op_timeout)
 
     def ownership(self) -> owning.RadosOwnership:

@@ -36,7 +36,7 @@ import rados
 
 from dbwrap_py.errors import AccessDenied, ConfigError, DbwrapError, Timeout, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.options import shown_value
+from dbwrap_py.options import Option, Options, shown_value
 
 #: bytes that stay themselves in an encoded key: printable ASCII but '%'
 _SAFE = bytes(c for c in range(0x21, 0x7F) if c != ord("%"))
@@ -175,6 +175,14 @@ _TIMEOUT_SETTINGS = ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mou
 #: A client needs neither its own log file nor an admin socket.
 _QUIET_SETTINGS = {"log_file": "", "admin_socket": "", "log_to_stderr": "false", "err_to_stderr": "false"}
 _OWN_SETTINGS = frozenset(_TIMEOUT_SETTINGS) | frozenset(_QUIET_SETTINGS) | {"mon_host", "key"}
+#: the options ClientConfig reads (the adapter's and the node agent's)
+CLIENT_OPTIONS = (
+    Option("conf", str, "", help="a ceph.conf (this or mon_host)"),
+    Option("mon_host", str, "", help="the monitors (this or conf)"),
+    Option("pool", str, "dbwrap_py", help="the RADOS pool"),
+    Option("user", str, "", help="the cephx user (default admin)"),
+    Option("keyring", str, "", help="a keyring file with the user's key (default: the conf's)"),
+)
 
 
 @dataclass(frozen=True)
@@ -197,15 +205,16 @@ class ClientConfig:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], op_timeout: float) -> "ClientConfig":
-        conf, mon_host = options.get("conf", ""), options.get("mon_host", "")
+        options = Options(dict(options), CLIENT_OPTIONS)
+        conf, mon_host = options.value("conf"), options.value("mon_host")
         if not conf and not mon_host:
             raise ConfigError("rados: give conf (a ceph.conf) or mon_host")
         settings = read_conf(conf) if conf else {}
         if mon_host:
             settings["mon_host"] = mon_host
-        user = options.get("user") or "admin"
-        if options.get("keyring"):
-            settings["key"] = read_key(options["keyring"], user)
+        user = options.value("user") or "admin"
+        if options.value("keyring"):
+            settings["key"] = read_key(options.value("keyring"), user)
         else:  # the conf's keyring, read now, if it has one with the user's key
             key = conf_key(settings.get("keyring", ""), user)
             if key:
@@ -214,8 +223,8 @@ class ClientConfig:
         seconds = str(max(1, math.ceil(op_timeout)))  # Ceph takes whole seconds here (0.5 is EINVAL)
         settings.update({name: seconds for name in _TIMEOUT_SETTINGS})
         settings.update(_QUIET_SETTINGS)
-        return cls(tuple(sorted(settings.items())), options.get("user", ""),
-                   options.get("pool", "dbwrap_py") or "dbwrap_py")
+        return cls(tuple(sorted(settings.items())), options.value("user"),
+                   options.value("pool") or "dbwrap_py")
 
     def connect(self) -> rados.Rados:
         """A connected client, made in a thread of its own: Ceph draws the

@@ -36,7 +36,7 @@ from dbwrap_py.adapters.sqlite_leased import ownership as nodes
 from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql, hold_open, let_go_open
 from dbwrap_py.errors import LockConflict
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, LeasedAdapter, LeaseSource, Keep
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (k BLOB PRIMARY KEY, token INTEGER, expires REAL);
@@ -55,14 +55,15 @@ DEFAULT_LEASE = 2.0
 
 class SqliteLeasedAdapter(LeasedAdapter):
     capabilities = Capabilities(transactions=True, lock_release_seconds=DEFAULT_LEASE)
-    option_names = (*LEASE_OPTIONS, "cluster_file")
+    options_schema = (*LEASE_OPTIONS,
+                      Option("cluster_file", str, "", help="the nodes file (default: beside the database)"))
     default_lease = DEFAULT_LEASE
     lease_source = LeaseSource.STORE_CLOCK
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
         path = os.path.abspath(spec.name)
-        self.cluster_file = options.get_str("cluster_file", "") or os.path.join(
+        self.cluster_file = options.value("cluster_file") or os.path.join(
             os.path.dirname(path), nodes.CLUSTER_FILE)
         self.node_cache_id = spec.cluster_name.encode()
         self.wipe_revision = 0  # the node cache voids ownership tokens up to it

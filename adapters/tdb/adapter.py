@@ -63,7 +63,7 @@ from dbwrap_py.errors import (
     NotSupported,
     Unavailable,
 )
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 
 from ._tdb import TdbFile, TdbRecords, robust_mutexes
 
@@ -214,13 +214,13 @@ class TdbAdapter(TdbRecords, Adapter):
         ),
     )
     #: native_records=no keeps the bridge on the Python methods (to measure them)
-    option_names = ("native_records",)
+    options_schema = (Option("native_records", bool, True, help="no: keep the bridge on the Python methods"),)
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
         if not spec.name:
             raise ConfigError("tdb adapter: no file name")
-        self._native = options.get_bool("native_records", True)
+        self._native = options.value("native_records")
         self._shared: _Shared | None = _acquire(spec)
         self.tdb_file = self._shared.file
 

@@ -22,8 +22,8 @@ from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
 from dbwrap_py.adapters.zookeeper.transactions import TransactionSteps
 from dbwrap_py.errors import ConfigError, Unavailable
-from dbwrap_py.leased import KEEP, Keep, LeaseSource
-from dbwrap_py.options import Options
+from dbwrap_py.leased import KEEP, OP_TIMEOUT, PREFIX, Keep, LeaseSource
+from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
 #: ZooKeeper refuses a request over jute.maxbuffer (1 MiB - 1 by default)
@@ -33,23 +33,27 @@ MAX_VALUE_SIZE = 1_000_000
 class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
     capabilities = Capabilities(transactions=True, max_value_size=MAX_VALUE_SIZE, lock_release_seconds=6.0,
                                 notes=("a transaction is one multi: its writes must fit in jute.maxbuffer",))
-    option_names = ("hosts", "prefix", "session_timeout", "op_timeout")
+    options_schema = (
+        Option("hosts", str, "", help="host:port,... (required)"), PREFIX,
+        Option("session_timeout", float, None, minimum=1.0,
+               help="seconds, the session's lease (default: default_lease; whole seconds)"),
+        OP_TIMEOUT,
+    )
     lease_source = LeaseSource.SERVER_TTL
     lease_slack = 2.0  # the server expires sessions on its tick (tickTime, 2 s by default)
     default_lease = 4.0  # the least a default server (tickTime 2 s) grants
 
     @classmethod
     def lease_for(cls, options: Mapping[str, str]) -> float:
-        seconds = Options(dict(options)).get_float("session_timeout", cls.default_lease, minimum=1.0)
-        return float(math.ceil(seconds))
+        seconds = cls.options_of(options).value("session_timeout")
+        return float(math.ceil(cls.default_lease if seconds is None else seconds))
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         super().__init__(spec, options)
-        options.get_float("session_timeout", self.default_lease, minimum=1.0)  # read by lease_for
-        self.config = ZkConfig(options.get_str("hosts", ""), self.lease_seconds, self.op_timeout)
+        self.config = ZkConfig(options.value("hosts"), self.lease_seconds, self.op_timeout)
         if not self.config.hosts:
             raise ConfigError("zookeeper: option hosts (host:port,...) is required")
-        prefix = options.get_str("prefix", "/dbwrap_py").strip("/")
+        prefix = options.value("prefix").strip("/")
         self.base = f"/{prefix}/{spec.cluster_name}" if prefix else f"/{spec.cluster_name}"
         self.node_cache_id = spec.cluster_name.encode()
         self.capabilities = self.declared_capabilities(options)

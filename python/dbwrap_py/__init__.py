@@ -18,7 +18,7 @@ from dbwrap_py.errors import (
     WriteProtected,
 )
 from dbwrap_py.leased import KEEP, LeasedAdapter, LeaseSource
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "NameCollision",
     "NotFound",
     "NotSupported",
+    "Option",
     "Options",
     "Timeout",
     "TransactionalLeasedAdapter",

@@ -6,7 +6,7 @@ An adapter instance is one open Samba database in one process. The framework
 * must implement: ``get``, ``put``, ``remove``, ``scan``, ``lock``, ``unlock``;
 * may override: ``lock_get``, ``put_unlock``, ``seqnum``, the ``transaction_*`` trio,
   ``exists``, ``wipe``, ``check``, ``db_id``, ``after_fork``, ``close``;
-* declares: ``capabilities`` and ``option_names``.
+* declares: ``capabilities`` and ``options_schema`` (``option_names`` follows).
 
 The framework derives, so an adapter need not:
 
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dbwrap_py.errors import NotSupported
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options, schema_of
 
 # tdb_flags bits that matter to backends (lib/tdb/include/tdb.h).
 TDB_CLEAR_IF_FIRST = 1
@@ -103,12 +103,31 @@ class Adapter(abc.ABC):
     """One Samba database on one backend, in one process."""
 
     capabilities: Capabilities = Capabilities()
-    #: the options this adapter reads; any other option fails the open
+    #: the options this adapter reads (dbwrap_py.options.Option: name, type,
+    #: default, secret); any other option, or a bad value, fails the open
+    options_schema: tuple[Option, ...] = ()
+    #: their names, derived from options_schema (an adapter that sets only
+    #: this gets untyped string options, its base class's kept)
     option_names: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "options_schema" in cls.__dict__:
+            cls.option_names = tuple(option.name for option in cls.options_schema)
+        elif "option_names" in cls.__dict__:
+            inherited = schema_of(cls.options_schema)
+            cls.options_schema = tuple(inherited.get(name, Option(name)) for name in cls.option_names)
+
+    @classmethod
+    def options_of(cls, options: Mapping[str, str]) -> Options:
+        """``options`` read by this adapter's schema, other names let be (a
+        class-level reader such as lease_for sees the framework's too)."""
+        return Options(dict(options), cls.options_schema)
 
     def __init__(self, spec: DatabaseSpec, options: Options) -> None:
         self.spec = spec
         self.options = options
+        options.adopt(type(self).options_schema)  # value() reads by it when not declared
 
     # -- must implement -------------------------------------------------
 

@@ -77,7 +77,8 @@ def _open(args: argparse.Namespace) -> Database:
 def _cmd_adapters(args: argparse.Namespace) -> int:
     for name in adapter_names():
         try:
-            caps = find_adapter(name).capabilities
+            cls = find_adapter(name)
+            caps = cls.capabilities
         except DbwrapError as exc:
             print(f"{name:12} unavailable: {exc}")
             continue
@@ -88,6 +89,8 @@ def _cmd_adapters(args: argparse.Namespace) -> int:
         )
         for note in caps.notes:
             print(f"{'':12} note: {note}")
+        for option in cls.options_schema if args.options else ():
+            print(f"{'':12} option {option.describe()}")
     return 0
 
 
@@ -817,7 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dbwrap-py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("adapters", help="list built-in adapters").set_defaults(fn=_cmd_adapters)
+    adapters = sub.add_parser("adapters", help="list built-in adapters")
+    adapters.add_argument("--options", action="store_true",
+                          help="also each adapter's options: type, default, minimum, secret")
+    adapters.set_defaults(fn=_cmd_adapters)
     for name, fn, extra in (
         ("dump", _cmd_dump, ()),
         ("get", _cmd_get, ("key",)),

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from dbwrap_py._records import Records
 from dbwrap_py.adapter import Adapter, DatabaseSpec
-from dbwrap_py.nodecache.adapter import OPTION_NAMES as NODE_CACHE_OPTIONS
+from dbwrap_py.nodecache.adapter import OPTIONS_SCHEMA as NODE_CACHE_OPTIONS
 from dbwrap_py.nodecache.adapter import CachedAdapter, node_cache_mode, supports_node_cache
 from dbwrap_py.nodecache.adapter import ready_cache_dir
 from dbwrap_py.errors import (
@@ -28,7 +28,7 @@ from dbwrap_py.errors import (
     NotSupported,
     Unavailable,
 )
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.registry import find_adapter
 
 # Store flags (lib/tdb/include/tdb.h); any other value replaces, as in tdb.
@@ -252,7 +252,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: options of every adapter, read here
-FRAMEWORK_OPTIONS = ("cluster_name",)
+FRAMEWORK_OPTIONS = (Option("cluster_name", str, "path", help="path (the default) or file"),)
 
 
 def named_by_file(options: Options) -> bool:
@@ -279,7 +279,7 @@ def open_database(
     cls = find_adapter(adapter_name)
     cached = supports_node_cache(cls)
     try:  # before the adapter exists, so a typo cannot create or wipe anything
-        parsed.declare(cls.option_names + FRAMEWORK_OPTIONS + (NODE_CACHE_OPTIONS if cached else ()))
+        parsed.declare(cls.options_schema + FRAMEWORK_OPTIONS + (NODE_CACHE_OPTIONS if cached else ()))
         cache_mode = node_cache_mode(parsed) if cached else None
         by_file = named_by_file(parsed)
     except ConfigError as exc:

@@ -64,11 +64,22 @@ from typing import ClassVar
 
 from dbwrap_py.adapter import Adapter, Capabilities, DatabaseSpec
 from dbwrap_py.errors import AdapterContractError, FencedOut, LockConflict, Timeout
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 from dbwrap_py.retry import DEFAULT, Backoff, retry_until
 
+#: seconds one store operation may take (shared: every adapter with a store
+#: declares this one, with its own default if it needs one)
+OP_TIMEOUT = Option("op_timeout", float, 30.0, minimum=0.0, help="seconds one store operation may take")
+#: the key prefix of a shared store (one declaration; zookeeper's and the
+#: others' are the same once stripped of "/")
+PREFIX = Option("prefix", str, "dbwrap_py", help="the key prefix in the store")
 #: options every leased adapter reads; subclasses add their own
-LEASE_OPTIONS = ("lease", "op_timeout")
+LEASE_OPTIONS = (
+    Option("lease", float, None, minimum=0.1,
+           help="seconds a record lock's lease lasts (default: the adapter's default_lease; "
+                "at least 1, in whole seconds, for a server-side TTL)"),
+    OP_TIMEOUT,
+)
 
 
 def renewal_timeout(interval: float, lease_left: float) -> float:
@@ -103,7 +114,7 @@ KEEP = Keep()
 class LeasedAdapter(Adapter):
     """An adapter whose record locks are leases the store judges."""
 
-    option_names = LEASE_OPTIONS
+    options_schema = LEASE_OPTIONS
     #: seconds, when the ``lease`` option is not given
     default_lease = 10.0
     #: every subclass declares how its store judges expiry
@@ -119,7 +130,7 @@ class LeasedAdapter(Adapter):
         if not isinstance(getattr(self, "lease_source", None), LeaseSource):
             raise AdapterContractError(f"{type(self).__name__} declares no lease_source")
         self.lease_seconds = self.lease_for(options)
-        self.op_timeout = options.get_float("op_timeout", 30.0, minimum=0.0)
+        self.op_timeout = options.value("op_timeout")
         self._tokens: dict[bytes, int] = {}  # key -> token of the lease we hold
 
     @classmethod
@@ -127,7 +138,8 @@ class LeasedAdapter(Adapter):
         """The lease duration passed to the primitives: whole seconds for a
         server-side TTL (what etcd and Cassandra accept), rounded up."""
         minimum = 1.0 if cls.lease_source is LeaseSource.SERVER_TTL else 0.1
-        seconds = Options(dict(options)).get_float("lease", cls.default_lease, minimum=minimum)
+        seconds = cls.options_of(options).value("lease", minimum=minimum)
+        seconds = cls.default_lease if seconds is None else seconds
         return float(math.ceil(seconds)) if cls.lease_source is LeaseSource.SERVER_TTL else seconds
 
     @classmethod

@@ -19,7 +19,7 @@ import pytest
 from dbwrap_py import errors, ntstatus
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, Adapter
 from dbwrap_py.database import Database, open_database
-from dbwrap_py.options import Options
+from dbwrap_py.options import REDACTED, Option, Options, is_secret, shown_options, shown_value
 from dbwrap_py.registry import adapter_names, find_adapter
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
@@ -152,6 +152,98 @@ def test_unknown_option_fails_open_before_the_adapter_exists(tmp_path):
     with pytest.raises(errors.ConfigError, match="unknown option.*typo"):
         _open("tdb", ["typo=1"], name=str(path))
     assert not path.exists()
+
+
+# -- the declared option schema -----------------------------------------------
+
+TIMEOUT = Option("timeout", float, 30.0, minimum=0.0)
+SCHEMA = (TIMEOUT, Option("hosts", list, ["a"]), Option("token", str, "", secret=True))
+
+
+def _declared(*pairs: str) -> Options:
+    opts = Options.parse(pairs)
+    opts.declare(SCHEMA)
+    return opts
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("timeout=soon", r"option timeout='soon' is not a float"),
+    ("timeout=-1", r"option timeout=-1.0 is below the minimum 0.0"),
+])
+def test_declare_refuses_a_bad_value_naming_the_option(pair, message):
+    with pytest.raises(errors.ConfigError, match=message):
+        _declared(pair)
+
+
+def test_a_bad_value_fails_open_naming_the_option_before_the_adapter_exists(tmp_path):
+    path = tmp_path / "typed.tdb"
+    with pytest.raises(errors.ConfigError, match=r"adapter 'tdb': option native_records='maybe' is not a boolean"):
+        _open("tdb", ["native_records=maybe"], name=str(path))
+    assert not path.exists()
+
+
+def test_value_is_the_declared_type_or_the_declared_default():
+    assert _declared("timeout=2.5").value("timeout") == 2.5
+    opts = _declared()
+    assert opts.value("timeout") == 30.0 and opts.value("token") == ""
+    hosts = opts.value("hosts")
+    hosts.append("b")  # a list default is a copy: the declaration keeps its own
+    assert opts.value("hosts") == ["a"]
+
+
+def test_a_stricter_minimum_of_one_reader_is_checked():
+    with pytest.raises(errors.ConfigError, match="option timeout=0.5 is below the minimum 1.0"):
+        _declared("timeout=0.5").value("timeout", minimum=1.0)
+
+
+def test_reading_an_undeclared_option_is_an_adapter_bug():
+    with pytest.raises(errors.AdapterContractError, match="reads option 'port' but does not declare it"):
+        _declared().value("port")
+    with pytest.raises(errors.AdapterContractError, match="does not declare"):
+        Options({"port": "1"}).value("port")  # no schema at all: no type, no default to give
+
+
+def test_the_secret_flag_drives_redaction():
+    opts = _declared("token=s3cr3t", "timeout=1")
+    assert "s3cr3t" not in repr(opts) and REDACTED in repr(opts) and "'1'" in repr(opts)
+    assert is_secret("token", SCHEMA) and not is_secret("timeout", SCHEMA)
+    assert not is_secret("token"), "without its schema a name is judged by the fallback only"
+    assert shown_options(["token=s3cr3t"], SCHEMA) == f"token={REDACTED}"
+    assert shown_value("token", "s3cr3t") == "s3cr3t"
+
+
+def test_password_and_key_stay_secret_whatever_a_schema_says():
+    careless = (Option("password"), Option("key"))
+    for name in ("password", "key", " Password "):
+        assert is_secret(name) and is_secret(name, careless)
+        assert shown_value(name, "x", careless) == REDACTED
+
+
+def test_a_refused_secret_value_is_not_in_the_message():
+    with pytest.raises(errors.ConfigError) as bad:
+        Options.parse(["pin=12345"]).declare((Option("pin", int, 0, minimum=99999, secret=True),))
+    assert "12345" not in str(bad.value)
+    with pytest.raises(errors.ConfigError) as typed:
+        Options.parse(["pin=abcde"]).declare((Option("pin", int, 0, secret=True),))
+    assert "abcde" not in str(typed.value) and REDACTED in str(typed.value)
+
+
+def test_option_names_follow_the_schema_and_names_only_keep_the_inherited_types():
+    from dbwrap_py.adapters.tdb.adapter import TdbAdapter
+
+    class Names(TdbAdapter):
+        option_names = TdbAdapter.option_names + ("extra",)
+
+    assert TdbAdapter.option_names == ("native_records",)
+    assert [o.kind for o in Names.options_schema] == [bool, str]
+    opts = Options({"native_records": "no"})
+    opts.adopt(Names.options_schema)
+    assert opts.value("native_records") is False and opts.value("extra") == ""
+
+
+def test_an_option_of_no_known_kind_is_an_adapter_bug():
+    with pytest.raises(errors.AdapterContractError, match="kind"):
+        Option("when", dict)
 
 
 # -- exception mapping ------------------------------------------------------

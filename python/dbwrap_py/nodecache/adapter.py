@@ -31,9 +31,15 @@ from dbwrap_py.errors import ConfigError, NotSupported
 from dbwrap_py.nodecache.cache import WRITE_BACK, WRITE_THROUGH, NodeCache, check_cache_dir
 from dbwrap_py.nodecache.state import NodeState
 from dbwrap_py.nodecache.sync import DEFAULT_TIMEOUT, owners_write_through
-from dbwrap_py.options import Options
+from dbwrap_py.options import Option, Options
 
-OPTION_NAMES = ("node_cache", "node_cache_dir", "node_cache_sync_timeout")
+OPTIONS_SCHEMA = (
+    Option("node_cache", str, "no", help="no, write-back (yes) or write-through"),
+    Option("node_cache_dir", str, "", help="the node's cache directory (default: node-cache beside the database)"),
+    Option("node_cache_sync_timeout", float, DEFAULT_TIMEOUT, minimum=0.0,
+           help="seconds a write-through sync may take"),
+)
+OPTION_NAMES = tuple(option.name for option in OPTIONS_SCHEMA)
 _MODES = {"yes": WRITE_BACK, "true": WRITE_BACK, "on": WRITE_BACK, "1": WRITE_BACK,
           WRITE_BACK: WRITE_BACK, WRITE_THROUGH: WRITE_THROUGH}
 _OFF = {"no", "false", "off", "0", ""}

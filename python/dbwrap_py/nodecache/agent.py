@@ -46,7 +46,7 @@ from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
-from dbwrap_py.options import Options, is_secret
+from dbwrap_py.options import Options, Schema, is_secret
 from dbwrap_py.safe_files import open_file, read_private_file, temp_file
 from dbwrap_py.servers import ServerError, dying_with_parent
 
@@ -549,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_options_file(path: str | Path) -> list[str]:
+def read_options_file(path: str | Path, schema: Schema = ()) -> list[str]:
     """The ``K=V`` lines of ``path`` (blank lines and ``#`` comments
     skipped). Refused (UnsafePath), naming the file and its mode, as
     safe_files.read_private_file refuses a file that group or others may
@@ -560,16 +560,18 @@ def read_options_file(path: str | Path) -> list[str]:
         raise ConfigError(f"--options-file {str(path)!r}: {exc.strerror}") from None
     text = data.decode("utf-8")
     pairs = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    secret = [p.partition("=")[0].strip() for p in pairs if is_secret(p.partition("=")[0])]
+    secret = [p.partition("=")[0].strip() for p in pairs if is_secret(p.partition("=")[0], schema)]
     if secret and mode & 0o044:
         raise UnsafePath(f"--options-file {str(path)!r} has mode {mode:04o} and holds {', '.join(secret)}: "
                          "readable by group or others; refused (chmod 0600)")
     return pairs
 
 
-def refuse_secrets_on_argv(pairs: Sequence[str]) -> None:
-    """A secret given with -o is on the process's public argv: refused."""
-    secret = sorted({p.partition("=")[0].strip().lower() for p in pairs if is_secret(p.partition("=")[0])})
+def refuse_secrets_on_argv(pairs: Sequence[str], schema: Schema = ()) -> None:
+    """A secret given with -o is on the process's public argv: refused
+    (``schema``: the adapter's options, whose secret flags count too)."""
+    secret = sorted({p.partition("=")[0].strip().lower() for p in pairs
+                     if is_secret(p.partition("=")[0], schema)})
     if secret:
         raise ConfigError(f"-o {', '.join(secret)}: a secret on the command line is public "
                           "(/proc/PID/cmdline); put it in --options-file FILE (mode 0600), or use "
@@ -586,8 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cls = find_adapter(args.adapter)
         if not supports_node_cache(cls):
             raise ServerError(f"adapter {args.adapter!r} has no node cache (no node_store)")
-        refuse_secrets_on_argv(args.option)
-        from_file = read_options_file(args.options_file) if args.options_file else []
+        refuse_secrets_on_argv(args.option, cls.options_schema)
+        from_file = read_options_file(args.options_file, cls.options_schema) if args.options_file else []
         options = Options.parse([*from_file, *args.option])
         listen = parse_listen(args.metrics_port) if args.metrics_port is not None else None
         agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)

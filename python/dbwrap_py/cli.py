@@ -604,11 +604,11 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
         raise ConfigError(f"--node-local: {', '.join(unknown)} is not one of smbd's volatile databases")
     network = cluster.network_settings(args.network)
     configs = cluster.configurations(args.adapters, args.option, local, args.network)
-    print(f"{cluster.NODES}-node Samba cluster, path-contention-shared over every node, "
+    print(f"{cluster.NODES}-node Samba cluster, workload {args.workload}, "
           + (f"network {args.network} ({network['network']['method']}: "
              f"delays {network['network']['delayed']}), " if network else "")
           + f"{args.time}s per point, {args.rounds} round(s), clients {','.join(map(str, nprocs))}: "
-          + ", ".join(c.label for c in configs) + f"\n{cluster.note()}")
+          + ", ".join(c.label for c in configs) + f"\n{cluster.note(network=network.get('network'), workload=args.workload)}")
     if args.adapters.strip() in ("", "auto", "all"):
         print("not in auto: " + "; ".join(f"{name} ({why})" for name, why in cluster.left_out().items()))
     began = time.monotonic()
@@ -623,13 +623,15 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
             start=progress.start, point=lambda p: progress.done(p.nprocs, smb.point_line(p, 26)),
             skip=lambda label, n, why: progress.skip_point(n, f"  nprocs={n:<4} {label:<26} not run: {why}"),
             set_up=set_up)
-        results = cluster.Sweep(configs, nprocs, args.time, args.rounds, events).run()
+        results = cluster.Sweep(configs, nprocs, args.time, args.rounds, events, workload=args.workload).run()
     elapsed = time.monotonic() - began
     rows = cluster.summary(results)
     print("\n" + "\n".join(cluster.report_lines(rows, results)))
     settings = {"nodes": cluster.NODES, "nprocs": nprocs, "seconds_per_point": args.time,
-                "rounds": args.rounds, "elapsed_seconds": round(elapsed), **network}
-    files = cluster.write_results(Path(args.json), results, rows, configs, settings)
+                "rounds": args.rounds, "elapsed_seconds": round(elapsed), "workload": args.workload, **network}
+    out = Path(args.json or ("results/bench-cluster.json" if args.workload == cluster.SHARED
+                             else f"results/bench-cluster-{args.workload}.json"))
+    files = cluster.write_results(out, results, rows, configs, settings)
     print(f"took {elapsed / 60:.1f} min; results: " + ", ".join(map(str, files)))
     return 130 if results.interrupted else 0
 
@@ -978,8 +980,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "netem, else a TCP relay per node): lan, region, wan, or local (no "
                                     "delay); "
                                     "docs/benchmarks.md says what is delayed")
-    bench_cluster.add_argument("--json", default="results/bench-cluster.json",
-                               help="results file; the .csv, -summary.csv, -ops.png and -latency.png go next to it")
+    bench_cluster.add_argument("--workload", default="shared", choices=("shared", "own-files"),
+                               help="shared: every client opens one path (a hot record); own-files: each "
+                                    "client a file of its own (cold records; docs/benchmarks.md)")
+    bench_cluster.add_argument("--json", default=None,
+                               help="results file (results/bench-cluster[-WORKLOAD].json); the .csv, "
+                                    "-summary.csv, -ops.png and -latency.png go next to it")
     bench_cluster.set_defaults(fn=_cmd_bench_cluster)
     elastic = bench_sub.add_parser(
         "elastic", help="opens/s second by second on nodes 0 and 1 while node 2 is killed, leaves or joins, "

@@ -366,6 +366,76 @@ def path_contention_unclist(sambas: Sequence[ThrowawaySamba], workdir: Path, npr
     return _measure(command, sambas, workdir, point_timeout(nprocs, seconds), on_running)
 
 
+#: the own-files workload's smbtorture processes at most: past it, a
+#: process's clients share its file (on one node)
+OWN_FILES_PROCESSES = 64
+#: the own-files workload's files, in the share's folder
+OWN_FILES_PREFIX = "own-files-"
+
+
+def own_files_groups(nprocs: int, nodes: int) -> list[tuple[int, int]]:
+    """(node, clients) of each own-files process: one client each up to
+    OWN_FILES_PROCESSES, then the clients spread evenly over that many; the
+    processes take the nodes in turn."""
+    processes = min(nprocs, OWN_FILES_PROCESSES)
+    return [(i % nodes, nprocs // processes + (1 if i < nprocs % processes else 0)) for i in range(processes)]
+
+
+def own_files(sambas: Sequence[ThrowawaySamba], workdir: Path, nprocs: int, seconds: int) -> Rates:
+    """The second workload: each client opens and closes a file of its own
+    (path-contention-shared on one path per smbtorture process, one process
+    per client up to OWN_FILES_PROCESSES, each on one node: cold records, no
+    contention between nodes). The processes' per-second samples are added
+    up, second by second; the cause of a failure names the process."""
+    share = sambas[0].share_path  # a cluster's nodes share one folder
+    groups = own_files_groups(nprocs, len(sambas))
+    commands = []
+    for i, (node, clients) in enumerate(groups):
+        name = f"{OWN_FILES_PREFIX}{i:03d}"
+        (share / name).touch(mode=0o666)
+        commands.append(torture_command(sambas[node], BENCH, *bench_options(clients, seconds),
+                                        f"torture:bench_path={name}"))
+    starts = [samba.log_position() for samba in sambas]
+    timeout = point_timeout(nprocs, seconds)
+    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=workdir)
+                 for c in commands]
+    outputs, timed_out = [], False
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            out, _ = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+            timed_out = True
+        outputs.append(out)
+    return added_rates([parse_rates(o) for o in outputs], timed_out, timeout,
+                       lambda: "\n".join(s.log_since(p) for s, p in zip(sambas, starts)))
+
+
+def added_rates(parts: Sequence[Rates], timed_out: bool, timeout: float, logs: Callable[[], str]) -> Rates:
+    """Several processes' rates as one: opens and closes added per second
+    (as far as every process has that second), latencies their mean."""
+    length = min((len(r.opens) for r in parts), default=0)
+    total = Rates(output="\n".join(r.output for r in parts), timed_out=timed_out)
+    for i in range(length):
+        total.seconds.append(parts[0].seconds[i])
+        total.opens.append(sum(r.opens[i] for r in parts))
+        total.closes.append(sum(r.closes[i] for r in parts))
+        total.open_latency.append(sum(r.open_latency[i] for r in parts) / len(parts))
+        total.close_latency.append(sum(r.close_latency[i] for r in parts) / len(parts))
+    failed = [i for i, r in enumerate(parts) if not r.ok]
+    total.ok = bool(parts) and not failed and not timed_out and length > 0
+    if timed_out:
+        total.cause = [f"smbtorture ran past {timeout:g}s"]
+    if failed or timed_out or not total.ok:
+        first = parts[failed[0]] if failed else (parts[0] if parts else Rates())
+        which = f"process {failed[0] + 1} of {len(parts)}: " if failed else ""
+        total.cause += [which + line for line in explain(first.output, logs())] or \
+            [f"no second measured by all {len(parts)} processes"]
+    return total
+
+
 def _measure(command: list[str], sambas: Sequence[ThrowawaySamba], cwd: Path,
              timeout: float, on_running: Callable[[], None] | None = None) -> Rates:
     starts = [samba.log_position() for samba in sambas]

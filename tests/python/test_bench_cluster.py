@@ -304,3 +304,35 @@ def test_a_run_on_a_network_profile_says_so_instead_of_loopback(tmp_path, monkey
     data = json.loads(files[0].read_text())
     assert "loopback" not in data["note"] and "loopback" not in data["cluster"]
     assert "on the 'region' network profile" in data["note"] and "tcp-delay" in data["note"]
+
+
+def test_own_files_gives_each_client_a_process_up_to_the_cap_then_spreads_them():
+    from dbwrap_py.smbtorture import OWN_FILES_PROCESSES, own_files_groups
+
+    assert own_files_groups(4, 3) == [(0, 1), (1, 1), (2, 1), (0, 1)]
+    groups = own_files_groups(OWN_FILES_PROCESSES * 2 + 3, 3)
+    assert len(groups) == OWN_FILES_PROCESSES and sum(c for _, c in groups) == OWN_FILES_PROCESSES * 2 + 3
+    assert {c for _, c in groups} == {2, 3} and {n for n, _ in groups} == {0, 1, 2}
+
+
+def test_own_files_rates_add_up_per_second_and_a_failed_process_is_named():
+    from dbwrap_py.smbtorture import Rates, added_rates
+
+    a = Rates(opens=[10, 20, 30], seconds=[1.0, 2.0, 3.0], closes=[10, 20, 30], open_latency=[1.0] * 3,
+              close_latency=[1.0] * 3, ok=True)
+    b = Rates(opens=[1, 2], seconds=[1.0, 2.0], closes=[1, 2], open_latency=[3.0] * 2, close_latency=[3.0] * 2,
+              ok=True)
+    total = added_rates([a, b], False, 10, lambda: "")
+    assert total.ok and total.opens == [11, 22] and total.open_latency == [2.0, 2.0]
+    broken = Rates(output="NT_STATUS_OBJECT_NAME_NOT_FOUND", ok=False)
+    failed = added_rates([a, broken], False, 10, lambda: "")
+    assert not failed.ok and failed.cause and failed.cause[0].startswith("process 2 of 2: "), failed.cause
+    late = added_rates([a, b], True, 10, lambda: "")
+    assert not late.ok and late.cause[0] == "smbtorture ran past 10s"
+
+
+def test_a_workload_not_known_is_refused():
+    from dbwrap_py.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--workload hot: not one of shared, own-files"):
+        cluster.Sweep([], [1], 1, 1, workload="hot")

@@ -168,3 +168,13 @@ def test_a_torture_run_whose_smbd_cannot_start_fails_with_smbd_log_lines():
     assert run.returncode == -2 and not run.results
     assert run.cause[0] == "smbd did not start for smb2.create.open:", run.cause
     assert any("no_such_option" in line for line in run.cause), run.cause
+
+
+def test_the_own_files_workload_opens_a_file_per_client_on_the_real_smbd(tmp_path):
+    from dbwrap_py.smbtorture import OWN_FILES_PREFIX, own_files
+
+    with ThrowawaySamba(SambaSetup(bridged=VOLATILE_DATABASES)) as samba:
+        rates = own_files([samba], tmp_path, 3, 2)
+        made = sorted(p.name for p in samba.share_path.glob(OWN_FILES_PREFIX + "*"))
+    assert rates.ok and rates.opens_per_second > 0, rates.cause
+    assert made == [f"{OWN_FILES_PREFIX}{i:03d}" for i in range(3)]

@@ -49,7 +49,7 @@ from dbwrap_py.options import Options, shown_value
 from dbwrap_py.registry import find_adapter
 from dbwrap_py.samba import SambaError
 from dbwrap_py.servers import ServerError
-from dbwrap_py.smbtorture import path_contention_unclist
+from dbwrap_py.smbtorture import OWN_FILES_PROCESSES, Rates, own_files, path_contention_unclist
 from dbwrap_py.testing.hooks import hooks_for
 
 CTDB = "ctdb"
@@ -71,8 +71,7 @@ SETUP_SECONDS = 25.0
 #: the charts' second title line
 SUBTITLE = "one host, {cpus} shared cores: read the ratios to ctdb, not the numbers"
 #: what the charts and docs/benchmarks.md say beside the numbers
-NOTE = ("smb2.bench.path-contention-shared, clients spread over the nodes (--unclist). "
-        "One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
+NOTE = ("{workload}. One host: the {nodes} nodes (ctdbd, smbd), their backend, node agents and smbtorture share "
         "{cpus} CPU cores {over}, so absolute numbers mean little; compare each line with "
         "ctdb, measured in the same run (log scale: equal gaps are equal ratios).")
 #: the note's words for the network without --network
@@ -248,12 +247,24 @@ class Events:
     set_up: Callable[[str, int, str], None] = lambda *_: None
 
 
+#: the workloads (--workload): every client on one path, or each on its own file
+SHARED, OWN_FILES = "shared", "own-files"
+WORKLOADS = {
+    SHARED: "smb2.bench.path-contention-shared, clients spread over the nodes (--unclist): one hot record",
+    OWN_FILES: "smb2.bench.path-contention-shared on a file per client (one smbtorture per client up to "
+               f"{OWN_FILES_PROCESSES}, then that many, each on one node and file): cold records",
+}
+
+
 class Sweep:
     """Every configuration at every client count, ``rounds`` times."""
 
     def __init__(self, configs: Sequence[Configuration], nprocs: Sequence[int], seconds: int,
                  rounds: int, events: Events | None = None,
-                 meminfo: Callable[[], str] = read_meminfo) -> None:
+                 meminfo: Callable[[], str] = read_meminfo, workload: str = SHARED) -> None:
+        if workload not in WORKLOADS:
+            raise ConfigError(f"--workload {workload}: not one of {', '.join(WORKLOADS)}")
+        self.workload = workload
         self.configs, self.nprocs, self.seconds, self.rounds = list(configs), sorted(nprocs), seconds, rounds
         self.events = events or Events()
         self.meminfo = meminfo
@@ -306,15 +317,18 @@ class Sweep:
                 continue
             self.events.start(label, n)
             with MemoryWatch(read=self.meminfo) as watch:
-                point, rates = measure_with(
-                    lambda: path_contention_unclist(cluster.sambas, cluster.root, n, self.seconds),
-                    label, n, round_index, counters)
+                point, rates = measure_with(lambda: self._workload(cluster, n), label, n, round_index, counters)
             self.guards[label].learn(n, watch.used_kib)
             self.results.points.append(point)
             self.events.point(point)
             if not point.ok:
                 kind, why = failure(rates, n)
                 self.results.stop(label, Stop(n, round_index, kind, why, point.failure_lines()))
+
+    def _workload(self, cluster: SambaCluster, n: int) -> Rates:
+        if self.workload == OWN_FILES:
+            return own_files(cluster.sambas, cluster.root, n, self.seconds)
+        return path_contention_unclist(cluster.sambas, cluster.root, n, self.seconds)
 
     def reason_to_skip(self, label: str, nprocs: int, round_index: int) -> str:
         """Why ``label`` is not measured at ``nprocs`` now, or ''."""
@@ -426,8 +440,8 @@ def over(network: Mapping[str, object] | None) -> str:
             f"{network['method']}: delays {network['delayed']})")
 
 
-def note(cpus: int | None = None, network: Mapping[str, object] | None = None) -> str:
-    return NOTE.format(nodes=NODES, cpus=cpus or os.cpu_count(), over=over(network))
+def note(cpus: int | None = None, network: Mapping[str, object] | None = None, workload: str = SHARED) -> str:
+    return NOTE.format(nodes=NODES, cpus=cpus or os.cpu_count(), over=over(network), workload=WORKLOADS[workload])
 
 
 def write_json(path: Path, results: Results, rows: Sequence[Mapping], configs: Sequence[Configuration],
@@ -435,11 +449,11 @@ def write_json(path: Path, results: Results, rows: Sequence[Mapping], configs: S
     meminfo = read_meminfo()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
-        "benchmark": "smb2.bench.path-contention-shared, clients spread over the nodes (--unclist)",
+        "benchmark": WORKLOADS[str(settings.get("workload", SHARED))],
         "cluster": f"{NODES} nodes on one host (ctdbd and smbd per node, "
                    f"{'network namespaces' if settings.get('network') else 'loopback addresses'})",
         "reference": CTDB,
-        "note": note(network=settings.get("network")),
+        "note": note(network=settings.get("network"), workload=str(settings.get("workload", SHARED))),
         **settings,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
@@ -463,12 +477,12 @@ def write_results(out: Path, results: Results, rows: Sequence[Mapping],
     files = [out, stem.with_suffix(".csv"), stem.with_name(stem.name + "-summary.csv")]
     write_csv(files[1], [asdict(p) for p in results.points])
     write_csv(files[2], rows)
-    network = settings.get("network")
-    return files + (charts(rows, stem, results, network) if results.points else [])
+    network, workload = settings.get("network"), str(settings.get("workload", SHARED))
+    return files + (charts(rows, stem, results, network, workload) if results.points else [])
 
 
 def charts(rows: Sequence[Mapping], stem: Path, results: Results,
-           network: Mapping[str, object] | None = None) -> list[Path]:
+           network: Mapping[str, object] | None = None, workload: str = SHARED) -> list[Path]:
     """<stem>-ops.png and <stem>-latency.png: a line per configuration,
     ctdb the reference, the note under the axes, stops in the legend."""
     from dbwrap_py.bench.charts import cluster_charts
@@ -476,4 +490,7 @@ def charts(rows: Sequence[Mapping], stem: Path, results: Results,
     subtitle = SUBTITLE.format(cpus=os.cpu_count())
     if network:
         subtitle += f"; '{network['profile']}' network, {network['one_way_delay_ms']:g} ms one way"
-    return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(network=network), legend_names(results))
+    if workload != SHARED:
+        subtitle += f"; workload {workload}"
+    return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(network=network, workload=workload),
+                          legend_names(results))

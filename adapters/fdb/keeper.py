@@ -40,7 +40,7 @@ from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb.store import FdbStore
-    from dbwrap_py.adapters.fdb.adapter import StoreArgs
+    from dbwrap_py.adapters.fdb.library import StoreArgs
 
 _PR_SET_PDEATHSIG = 1
 #: how often the keeper looks at its parent PID (the signal is the fast way)
@@ -199,7 +199,7 @@ class _Keeper:
 
 def _open(args: StoreArgs) -> FdbStore:
     from dbwrap_py.adapters.fdb import library as library
-    from dbwrap_py.adapters.fdb.adapter import open_store
+    from dbwrap_py.adapters.fdb.library import open_store
 
     return open_store(library.load(args["library"], args["api_version"]), {**args, "join": False})
 

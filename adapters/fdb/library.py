@@ -10,6 +10,10 @@ restarted, and fork() does not copy it. So it is started lazily, on the
 first operation of a process, never at open (smbd's parent opens every
 database, then forks). This module remembers which process started it: a
 child forked after that must not touch the inherited one (``started_elsewhere``).
+
+Here too: the options that choose and configure the client, what a process
+needs to open a database's store (``StoreArgs``, which crosses to a keeper or
+relay), and ``open_store``, which opens it in this process.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import os
 import threading
 from types import ModuleType
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
+from dbwrap_py.adapters.fdb.store import OPENER_TTL, FdbStore
 from dbwrap_py.errors import ConfigError
+from dbwrap_py.leased import PREFIX
 from dbwrap_py.options import Option, Options
 
 LIBRARIES = {"real": "fdb", "model": "dbwrap_py.testing.fdb_model"}
@@ -29,6 +35,21 @@ LIBRARIES = {"real": "fdb", "model": "dbwrap_py.testing.fdb_model"}
 DEFAULT_API_VERSION = 730
 #: which binding: real (libfdb_c) or model (the in-process test model)
 FDB_LIBRARY = Option("fdb_library", str, "real", help="real (libfdb_c) or model (the test model)")
+DEFAULT_PREFIX = "dbwrap_py"
+#: where fdb.open looks without a cluster file (Linux packages)
+DEFAULT_CLUSTER_FILE = "/etc/foundationdb/fdb.cluster"
+MODEL_NOTE = ("fdb_library = model: the model of FoundationDB (dbwrap_py.testing.fdb_model), "
+              "not FoundationDB; label results 'fdb (model)'")
+#: the options a store is opened by (the adapter adds the lease's and page_size)
+CLIENT_OPTIONS = (
+    FDB_LIBRARY,
+    Option("cluster_file", str, "", help="the fdb.cluster file (default: fdb's own)"),
+    Option("api_version", int, DEFAULT_API_VERSION, minimum=13, help="the FoundationDB API version"),
+    PREFIX.with_default(DEFAULT_PREFIX),
+    Option("transaction_timeout", float, 5.0, minimum=0.0,
+           help="seconds one FoundationDB transaction may take, retries included"),
+    Option("retry_limit", int, 100, minimum=-1, help="retries of one transaction (-1: no limit)"),
+)
 
 _lock = threading.Lock()
 _loaded: dict[str, tuple[ModuleType, int]] = {}
@@ -95,3 +116,52 @@ def open_database(module: ModuleType, kind: str, cluster_file: str | None) -> An
             db = _databases[key] = module.open(cluster_file)
             _network_pid = os.getpid()
         return db
+
+
+class StoreArgs(TypedDict):
+    """What a process needs to open a database's store (it crosses to a relay)."""
+
+    library: str
+    api_version: int
+    cluster_file: str | None
+    prefix: bytes
+    db: bytes
+    volatile: bool
+    timeout_ms: int
+    retry_limit: int
+    #: join the openers when the store opens (False: this process's keeper holds its place)
+    join: bool
+    opener_ttl: float
+
+
+def base_store_args(options: Options) -> StoreArgs:
+    """The store arguments every database of these options shares (db,
+    volatile and join are the database's own)."""
+    options = options.with_schema(CLIENT_OPTIONS)
+    prefix = options.value("prefix")
+    if not prefix:
+        raise ConfigError("option prefix must not be empty")
+    # absolute, as this process names it now: the opener keeper and the relays run in /
+    cluster_file = options.value("cluster_file")
+    # transaction_timeout is per FoundationDB transaction, retries included
+    return {"library": kind_of(options),
+            "api_version": options.value("api_version"),
+            "cluster_file": os.path.abspath(cluster_file) if cluster_file else None,  # None: fdb's default
+            "prefix": prefix.encode(), "db": b"", "volatile": True,
+            "timeout_ms": int(options.value("transaction_timeout") * 1000),
+            "retry_limit": options.value("retry_limit"), "join": False,
+            "opener_ttl": OPENER_TTL}
+
+
+def open_store(fdb: ModuleType, args: StoreArgs) -> FdbStore:
+    """This process's store: fdb.open (the network starts here, once), then
+    the database's keys; a volatile database joins its openers."""
+    db = open_database(fdb, args["library"], args["cluster_file"])
+    if args["timeout_ms"]:
+        db.options.set_transaction_timeout(args["timeout_ms"])
+    db.options.set_transaction_retry_limit(args["retry_limit"])
+    store = FdbStore(fdb, db, args["prefix"], args["db"], args["volatile"], args["opener_ttl"])
+    if store.volatile and args["join"]:
+        store.join_openers()
+        store.keep_renewing()
+    return store

@@ -22,15 +22,28 @@ from typing import TYPE_CHECKING, Any
 
 from dbwrap_py.adapters.fdb import store as fs
 from dbwrap_py.adapters.fdb.nodekeys import HELD, REQUEST, ask, bury, held_of, holder, lease_expiry, requester_expiry
-from dbwrap_py.errors import FencedOut
+from dbwrap_py.errors import ConfigError, FencedOut
+from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.ownership_base import CalledOwnership, elsewhere, taken
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb.store import FdbStore
+    from dbwrap_py.options import Options
 
 #: what a bucket's write-back commits per transaction, under FoundationDB's 10,000,000 bytes
 RELEASE_BYTES = 4_000_000
+
+
+def refuse_unsafe_node_cache(kind: str, options: Options, agent: bool = False) -> None:
+    """The node cache's leases are judged in read versions, which a real
+    cluster moves ahead at a recovery: a node could go on serving records
+    that another node has taken. Until leases are judged otherwise, the node
+    cache runs on the model only (where versions never jump)."""
+    if kind == "real" and (agent or node_cache_mode(options) is not None):
+        raise ConfigError("node_cache on FoundationDB is not safe yet: node leases are judged in read "
+                          "versions, which a recovery moves ahead (docs/adapters/fdb.md); it runs on "
+                          "fdb_library = model only")
 
 
 class NodeOps:

@@ -29,7 +29,7 @@ from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.servers import start_python_module, stop_process
 
 if TYPE_CHECKING:
-    from dbwrap_py.adapters.fdb.adapter import StoreArgs
+    from dbwrap_py.adapters.fdb.library import StoreArgs
 
 _HEADER = struct.Struct(">I")
 #: beyond the longest a call may take by its own limits, before its relay counts as hung
@@ -161,7 +161,7 @@ class RelayStore(RemoteStore):
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """The relay's side: open the store, then answer calls until EOF."""
     from dbwrap_py.adapters.fdb import library as library
-    from dbwrap_py.adapters.fdb.adapter import open_store
+    from dbwrap_py.adapters.fdb.library import open_store
 
     store = None
     while True:

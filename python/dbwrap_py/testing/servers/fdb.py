@@ -21,7 +21,7 @@ class FdbHooks(LeasedHooks):
         otherwise ServerError (so the suite and the benchmarks skip with the
         reason instead of failing every check)."""
         from dbwrap_py.adapters.fdb import library as library
-        from dbwrap_py.adapters.fdb.adapter import DEFAULT_CLUSTER_FILE
+        from dbwrap_py.adapters.fdb.library import DEFAULT_CLUSTER_FILE
 
         if options.get("cluster_file"):
             return None

@@ -636,6 +636,26 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     return 130 if results.interrupted else 0
 
 
+def _cmd_bench_handover(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from dbwrap_py.bench import handover
+
+    print(f"bench handover: {args.adapter}, {args.a_procs} process(es) on node a and {args.b_procs} on "
+          f"node b lock one record for {args.time:g} s, holding it {args.hold_ms:g} ms each time")
+    result = handover.run(args.adapter, _adapter_options(args.option), args.a_procs, args.b_procs,
+                          args.time, args.hold_ms)
+    print("\n".join(handover.report_lines(result)))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**asdict(result), "fairness": result.fairness, "lost": result.lost,
+                               "longest_wait_ms": result.longest_wait_ms}, indent=2) + "\n")
+    print(f"results: {out}")
+    failed = [w for w in result.workers if w.error]
+    return 1 if failed or result.lost else 0
+
+
 def _cmd_bench_elastic(args: argparse.Namespace) -> int:
     from dbwrap_py.bench import elastic
 
@@ -1003,6 +1023,19 @@ def build_parser() -> argparse.ArgumentParser:
     elastic.add_argument("--json", default="results/bench-elastic.json",
                          help="results file; the chart (.png) goes next to it")
     elastic.set_defaults(fn=_cmd_bench_elastic)
+    handover = bench_sub.add_parser(
+        "handover", help="one hot record wanted by processes on two nodes through the node cache: "
+                         "locks per process and the longest wait (fairness of the hand-over)")
+    handover.add_argument("--adapter", default="sqlite_leased",
+                          help="an adapter with the node cache (sqlite_leased needs no server)")
+    handover.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
+                          help="adapter option (repeatable): its reach, for one that needs a server")
+    handover.add_argument("--a-procs", type=int, default=3, help="processes on node a")
+    handover.add_argument("--b-procs", type=int, default=1, help="processes on node b")
+    handover.add_argument("--time", type=float, default=5.0, help="seconds the processes take the lock")
+    handover.add_argument("--hold-ms", type=float, default=0.5, help="milliseconds each lock is held")
+    handover.add_argument("--json", default="results/bench-handover.json", help="results file")
+    handover.set_defaults(fn=_cmd_bench_handover)
     ca = bench_sub.add_parser("ca", help="Samba 4.25: opens/s with persistent handles, a continuously "
                                          "available share against a plain one, native and bridged")
     ca.add_argument("--nprocs", default="1,4,16,64", help="comma list of client counts")

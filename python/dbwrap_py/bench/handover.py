@@ -11,13 +11,15 @@ one lets node a's processes take the record back before node b's waiter
 looks, and node b's process starves (its longest wait shows it).
 
 The adapter is sqlite_leased by default: the node cache's protocol with
-no server to start; ``--adapter`` and ``-o`` take another with its reach.
+no server to start; ``--adapter`` takes another, on a throwaway server of
+its own unless ``-o`` gives its reach.
 Each process is bounded: it stops taking the lock at the end of the run,
 and the run kills what is still there ``op_timeout`` plus 10 s later.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,12 +147,19 @@ def _collect(children: Sequence[tuple[int, int]], deadline: float) -> list[Worke
 
 def run(adapter: str = "sqlite_leased", options: Mapping[str, str] | None = None, a_procs: int = 3,
         b_procs: int = 1, seconds: float = 5.0, hold_ms: float = 0.5) -> Result:
-    """The run; the two node agents and every process stopped at its end."""
-    with tempfile.TemporaryDirectory(prefix="dbwrap-py-handover-") as tmp:
+    """The run; the two node agents, every process and a throwaway store
+    started for it (an adapter with a server, given no reach) stopped at its end."""
+    from dbwrap_py.testing.hooks import hooks_for
+
+    with tempfile.TemporaryDirectory(prefix="dbwrap-py-handover-") as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         opts = dict(options or {})
         if adapter == "sqlite_leased":
             opts.setdefault("cluster_file", str(root / "cluster.sqlite"))
+        else:
+            server = hooks_for(adapter).throwaway_server(opts)
+            if server is not None:
+                opts.update(stack.enter_context(server))
         opts.setdefault("op_timeout", "10")
         name = str(root / "locking.tdb")
         with NodeAgentProcess(adapter, opts, root / "node-a", node="a", ttl=TTL) as a, \

@@ -11,7 +11,6 @@ token) and rewrites the seqnum key ``s``, whose mod_revision is the seqnum;
 a refused one raises FencedOut naming the cause. A waiter watches the lock
 key for its deletion, bounded by op_timeout. Round trips: lock_get,
 put_unlock, get, put, remove and unlock one each; ``round_trips`` counts them.
-
 Key layout: ``keys.py``. Transactions (persistent databases): ``transactions.py``.
 TDB_CLEAR_IF_FIRST: each open of a volatile database puts an opener key on
 its lease, and the first opener's test (no key in ``o/``) and the wipe are

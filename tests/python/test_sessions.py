@@ -1,0 +1,72 @@
+"""The per-process client registry (dbwrap_py.sessions)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from dbwrap_py.sessions import Sessions
+
+
+class Client:
+    def __init__(self, key: str) -> None:
+        self.key, self.pid, self.closed = key, os.getpid(), False
+
+
+def test_one_client_per_key_made_on_first_use():
+    sessions: Sessions[Client] = Sessions("test")
+    made: list[str] = []
+
+    def factory(key: str):
+        return lambda: made.append(key) or Client(key)
+
+    a = sessions.client_for("a", factory("a"))
+    assert sessions.client_for("a", factory("a")) is a
+    assert sessions.client_for("b", factory("b")) is not a
+    assert made == ["a", "b"]
+
+
+def test_a_failed_factory_keeps_nothing():
+    sessions: Sessions[Client] = Sessions("test")
+
+    def broken() -> Client:
+        raise ConnectionError("no server")
+
+    with pytest.raises(ConnectionError):
+        sessions.client_for("a", broken)
+    assert sessions.clients() == []
+    assert sessions.client_for("a", lambda: Client("a")).key == "a"
+
+
+def test_close_all_closes_and_forgets_this_process_clients():
+    sessions: Sessions[Client] = Sessions("test")
+    a = sessions.client_for("a", lambda: Client("a"))
+    sessions.close_all(lambda client: setattr(client, "closed", True))
+    assert a.closed and sessions.clients() == []
+    assert sessions.client_for("a", lambda: Client("a")) is not a
+
+
+def test_a_forked_child_makes_its_own_and_leaves_the_parents_alone():
+    sessions: Sessions[Client] = Sessions("test")
+    parent = sessions.client_for("a", lambda: Client("a"))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        result = {}
+        try:
+            result["inherited"] = len(sessions.clients())
+            sessions.close_all(lambda client: setattr(client, "closed", True))  # nothing of the parent's
+            child = sessions.client_for("a", lambda: Client("a"))
+            result["own"] = child is not parent and child.pid == os.getpid()
+            result["parent_closed"] = parent.closed
+        finally:
+            os.write(write, json.dumps(result).encode())
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert result == {"inherited": 0, "own": True, "parent_closed": False}
+    assert sessions.client_for("a", lambda: Client("b")) is parent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
@@ -70,3 +71,31 @@ def test_a_forked_child_makes_its_own_and_leaves_the_parents_alone():
     os.waitpid(pid, 0)
     assert result == {"inherited": 0, "own": True, "parent_closed": False}
     assert sessions.client_for("a", lambda: Client("b")) is parent
+
+
+def test_a_child_forked_while_another_thread_connects_can_still_connect():
+    """A parent's thread inside the registry's lock across fork() (a slow
+    connect, to a dead server say) left the child's client_for waiting for
+    good: the cassandra adapter's fault tests' workers hung so."""
+    sessions: Sessions[Client] = Sessions("test")
+    connecting, release = threading.Event(), threading.Event()
+
+    def slow() -> Client:
+        connecting.set()
+        release.wait(10)
+        return Client("slow")
+
+    thread = threading.Thread(target=sessions.client_for, args=("slow", slow))
+    thread.start()
+    assert connecting.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: sessions.client_for("a", lambda: Client("a")) and done.set(),
+                                  daemon=True)
+        worker.start()
+        os._exit(0 if done.wait(2) else 1)
+    release.set()
+    thread.join(10)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -1,63 +1,23 @@
 """cassandra: Samba's databases in Apache Cassandra tables, record locks as
 lightweight transactions (LWT) with fencing.
 
-Tables, in keyspace ``keyspace`` (default ``dbwrap_py``; ``<db>`` is
-``DatabaseSpec.cluster_name``):
+Tables (a volatile database's records a partition each, a persistent one's
+one partition, its transaction one conditional batch) and CQL: ``schema.py``.
+Record locks (dbwrap_py.leased builds lock, put, unlock on them): the cells
+``owner`` and ``"token"`` of the record's own row, with a TTL; a take guesses
+the value (the lock and the read in one LWT), every locked write is
+conditional on the lock and leaves a receipt, and an unknown outcome is
+resolved by a read at SERIAL (``schema.Statements`` tells how).
 
-* ``volatile``: PRIMARY KEY ((db, k)), each record its own partition. Paxos
-  runs per partition, so LWTs on different records never contend; a
-  database of one partition would put every record lock of locking.tdb in
-  one Paxos queue. A secondary index on ``db`` finds a database's records
-  for a traverse. ``db`` is ``<db>:<generation>``: a CLEAR_IF_FIRST wipe
-  starts a new generation (one LWT) instead of deleting record by record.
-* ``persistent``: PRIMARY KEY (db, k), one partition per database, with
-  static columns ``txn`` (the transaction lock), ``seq`` and ``commits``.
-  A transaction commits as one conditional single-partition batch: Cassandra
-  applies it as one Paxos proposal, all or nothing and isolated, and only
-  while ``txn`` is still ours. A client that dies mid-commit either sent the
-  batch (it is applied, by the coordinator or by the next Paxos round on the
-  partition) or did not (nothing is).
-* ``databases`` (a volatile database's generation and its open lock),
-  ``openers`` (who has it open, rows with a TTL renewed by each opener),
-  ``seqnums`` (a counter per volatile database opened with TDB_SEQNUM).
-
-Record locks (dbwrap_py.leased builds lock, put, unlock on these): the cells
-``owner`` and ``"token"`` of the record's own row, written with ``USING TTL
-<lease>``, so the server drops a dead holder's lock, not a client clock.
-
-* take: ``UPDATE ... USING TTL SET owner, "token" IF "token" = null AND v =
-  <guess>``: applied, it is the lock and the read in one round trip; the
-  guess is the value this process last saw (null for a new record). Not
-  applied with the token null, the row it returns holds the value: a second
-  try with that guess takes the lock.
-* every locked write: ``UPDATE ... IF owner = ? AND "token" = ?``, so a
-  holder whose TTL ran out writes nothing (FencedOut); write+unlock is one
-  such statement. In the same conditional batch each leaves a receipt: the
-  write's random id in ``receipts[<writer>]``, a cell of the record's row
-  with a TTL of its own (cc.RECEIPT_TTL). The writer is this process, which
-  holds the lock while it writes: the next holder writes a receipt of its
-  own, not over ours.
-* an unknown outcome (``client.py``) is resolved by reading the row
-  at SERIAL: the token says whether a take was applied, the receipt whether
-  a write was, even once the next holder has written the record since.
-
-TDB_CLEAR_IF_FIRST: the opener takes the ``opening`` LWT lock of the
-database's row, looks for live rows in ``openers``, starts a new generation
-if there are none, adds its own row (TTL ``OPENER_TTL``, renewed by a thread
-of the opening process) and lets the lock go. A killed opener counts as open
-until its row expires.
-
+TDB_CLEAR_IF_FIRST: the openers service (``dbwrap_py.openers``) on this
+store's primitives (``openers.py``): the first opener starts a new
+generation of the database instead of deleting it record by record.
 Node cache (``node_cache = yes``, volatile databases): ``ownership.py``
 is this adapter's side of the protocol. It needs layout ``buckets``
-(``node_volatile``: a partition per bucket, so that a record's process lock,
-a node's lock on it and its bucket's claim are decided by one LWT); the
-record lock statements above are the same there, with (db, bucket, k) as
-the key, and a take is also refused while a live node owns the record (that
-node is asked to hand it over). A generation's first opener chooses the
-layout (option ``layout``, by default ``buckets`` with node_cache, else
-``records``), kept in ``databases.layout``; later openers follow it.
-
-Client plumbing (sessions per process, errors, unknown outcomes): ``client.py``.
+(``schema.py``); the record lock statements above are the same there, with
+(db, bucket, k) as the key, and a take is also refused while a live node
+owns the record (that node is asked to hand it over). Client plumbing
+(sessions per process, errors, unknown outcomes): ``client.py``.
 """
 
 from __future__ import annotations
@@ -65,7 +25,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -74,87 +33,21 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, Data
 from dbwrap_py.adapters.cassandra import client as cc
 from dbwrap_py.adapters.cassandra import nodestore
 from dbwrap_py.adapters.cassandra import ownership as owning
-from dbwrap_py.errors import AdapterContractError, ConfigError, Timeout
+from dbwrap_py.adapters.cassandra import schema
+from dbwrap_py.adapters.cassandra.openers import CassandraOpeners
+from dbwrap_py.errors import AdapterContractError, ConfigError
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, Keep, LeaseSource
-from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
+from dbwrap_py.openers import OPENERS, Registration
 from dbwrap_py.options import Option, Options
-from dbwrap_py.retry import Backoff, retry_until
+from dbwrap_py.retry import retry_until
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
 
 DEFAULT_LEASE = 10.0
-#: a volatile database's layouts: a partition per record, or per bucket (the node cache's)
-RECORDS, BUCKETS = "records", "buckets"
-#: seconds an opener's row lives unless renewed (renewed every third of it)
-OPENER_TTL = 10
 #: values remembered per open database as take's guess (the most recently used)
 SEEN_KEYS = 4096
 #: a record's value: Cassandra refuses mutations above half a commitlog segment (16 MiB by default)
 MAX_VALUE_SIZE = 4 * 1024 * 1024
-#: between two tries of an LWT that lost its Paxos round to contention: clients
-#: retrying in step keep one Paxos instance contended, the holder's release
-#: included (measured: 8 openers on 3 nodes timed out at a fixed 20 ms)
-CONTENDED = Backoff(first=0.01, cap=0.25)
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS {ks}.volatile (db text, k blob, v blob, owner text, "token" bigint,
-       receipts map<text, bigint>, PRIMARY KEY ((db, k)))""",
-    # a traverse reads the database's rows by this index, not the whole table
-    "CREATE INDEX IF NOT EXISTS volatile_db ON {ks}.volatile (db)",
-    """CREATE TABLE IF NOT EXISTS {ks}.persistent (db text, k blob, v blob, owner text, "token" bigint,
-       receipts map<text, bigint>, txn bigint static, txn_owner text static, seq bigint static,
-       commits map<text, bigint> static,
-       PRIMARY KEY (db, k))""",
-    "CREATE TABLE IF NOT EXISTS {ks}.databases (db text PRIMARY KEY, generation bigint, opening bigint, layout text)",
-    # the node cache's layout (ownership.py): a bucket's records in one
-    # partition, its claim in static columns, so one LWT decides about a record
-    """CREATE TABLE IF NOT EXISTS {ks}.node_volatile (db text, bucket int, k blob, v blob, owner text,
-       "token" bigint, receipts map<text, bigint>, holder text, held bigint, detached bigint,
-       claim bigint static,
-       claimer text static, ver bigint static, PRIMARY KEY ((db, bucket), k))""",
-    "CREATE INDEX IF NOT EXISTS node_volatile_db ON {ks}.node_volatile (db)",
-    "CREATE TABLE IF NOT EXISTS {ks}.nodes (name text PRIMARY KEY, lease bigint)",
-    # polled by the owner's agent; deleted once served, so short-lived tombstones
-    """CREATE TABLE IF NOT EXISTS {ks}.requests (node text, db text, k blob, asked bigint,
-       PRIMARY KEY (node, db, k)) WITH gc_grace_seconds = 60""",
-    "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
-    "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",
-)
-_SCHEMA_DONE: set[cc.ClientConfig] = set()
-#: a ``databases`` row that is not there yet
-_NO_ROW = type("NoRow", (), {"opening": None, "generation": None, "layout": None})()
-
-
-
-class _Statements:
-    """The CQL of one table, formatted once. ``buckets``: the node cache's
-    layout (table node_volatile, partition (db, bucket)): a take also sets
-    ``ver`` (a claim is guarded on it) and is refused while a node holds the
-    record (``held``) or its bucket (``claim``, unless the key was detached
-    from that very claim): guessed values, as ``v``."""
-
-    def __init__(self, ks: str, table: str, persistent: bool, old_row: bool, buckets: bool = False) -> None:
-        t = f"{ks}.{table}"
-        where = "db = ? AND bucket = ? AND k = ?" if buckets else "db = ? AND k = ?"
-        free = "txn = null AND " if persistent else ""
-        # a server that returns the old row (ScyllaDB) needs no guess of the value
-        guess = "" if old_row else " AND v = ?"
-        nodes = (" AND held = null AND holder = ? AND claim = ? AND claimer = ? AND detached = ?"
-                 if buckets else "")
-        ver = ", ver = ?" if buckets else ""
-        self.take = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ?{ver} WHERE {where} '
-                     f'IF {free}"token" = null{nodes}{guess}')
-        self.renew = (f'UPDATE {t} USING TTL ? SET owner = ?, "token" = ? WHERE {where} '
-                      f'IF owner = ? AND "token" = ?')
-        self.write = f'UPDATE {t} SET v = ? WHERE {where} IF owner = ? AND "token" = ?'
-        self.write_end = (f'UPDATE {t} SET v = ?, owner = null, "token" = null WHERE {where} '
-                          f'IF owner = ? AND "token" = ?')
-        self.receipt = f"UPDATE {t} USING TTL {cc.RECEIPT_TTL} SET receipts[?] = ? WHERE {where}"
-        self.end = f'UPDATE {t} SET owner = null, "token" = null WHERE {where} IF owner = ? AND "token" = ?'
-        self.get = (f"SELECT v, held, claim, detached FROM {t} WHERE {where}" if buckets
-                    else f"SELECT v FROM {t} WHERE {where}")
-        self.serial = f'SELECT v, "token", receipts FROM {t} WHERE {where}'
-        self.scan = f"SELECT k, v FROM {t} WHERE db = ?"  # a partition, or by the index on db
 
 
 class CassandraAdapter(TransactionalLeasedAdapter):
@@ -179,8 +72,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         super().__init__(spec, options)
         self.config = cc.ClientConfig.from_options(options, self.op_timeout, self.dialect)
         self.client = cc.Client(self.config)
-        cc.ensure_schema(self.config, SCHEMA, _SCHEMA_DONE)
-        ks = self.config.keyspace
+        schema.ensure(self.config)
         self.name = spec.cluster_name
         #: ScyllaDB returns the old row from every conditional statement, applied or not
         self.old_row = cc.session_for(self.config).scylla_server
@@ -190,21 +82,18 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         self._seen: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._bump_seqnum = not spec.persistent and bool(spec.tdb_flags & TDB_SEQNUM)
         self._txn_seq = 0  # the partition's seq when the transaction lock was taken
-        self._opener = 0
+        self._registration: Registration | None = None  # this opener's, in dbwrap_py.openers
         self.generation = 0
         self.db = self.name  # the partition key's db: with the generation for a volatile database
         self.node_cache_id = self.name.encode()
         #: records (a partition per record) or buckets (the node cache's: a partition per bucket);
         #: a volatile database's first opener of a generation chooses, later ones follow
-        layout = options.value("layout")
-        self.layout = (BUCKETS if node_cache_mode(options) else RECORDS) if layout is None else layout
-        if self.layout not in (RECORDS, BUCKETS):
-            raise ConfigError(f"layout = {self.layout!r}: {RECORDS} or {BUCKETS}")
+        self.layout = schema.layout_asked(options)
         if not spec.persistent:
             self._open_volatile()
-        self.buckets = not spec.persistent and self.layout == BUCKETS
-        table = "persistent" if spec.persistent else "node_volatile" if self.buckets else "volatile"
-        self.cql = _Statements(ks, table, spec.persistent, self.old_row, self.buckets)
+        self.buckets = not spec.persistent and self.layout == schema.BUCKETS
+        self.cql = schema.Statements(self.config.keyspace, schema.table_of(spec.persistent, self.layout),
+                                     spec.persistent, self.old_row, self.buckets)
 
     @property
     def round_trips(self) -> int:
@@ -267,7 +156,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
 
     def _locked_write(self, key: bytes, token: int, value: bytes | None, cql: str, what: str) -> bool:
         write_id, applied = secrets.randbits(63), False
-        for _ in retry_until(time.monotonic() + self.op_timeout, CONTENDED):
+        for _ in retry_until(time.monotonic() + self.op_timeout, cc.CONTENDED):
             try:
                 applied, _ = self.client.batch(what, [
                     (cql, (value, *self._pk(key), self.owner, token)),
@@ -283,8 +172,7 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         if applied:
             self._remember(key, value)
             if self._bump_seqnum:  # after the write: a reader seeing the new number sees the write
-                self.client.run("seqnum", f"UPDATE {self.config.keyspace}.seqnums SET n = n + 1 WHERE db = ?",
-                                (self.name,), idempotent=False)
+                self.client.run("seqnum", self.cql.bump_seqnum, (self.name,), idempotent=False)
         return applied
 
     def _remember(self, key: bytes, value: bytes | None) -> None:
@@ -320,20 +208,15 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         return [(r.k[1:], r.v) for r in rows if r.k is not None and r.v is not None]
 
     def seqnum(self) -> int:
-        ks = self.config.keyspace
-        if self.spec.persistent:
-            rows = self.client.run("seqnum", f"SELECT seq FROM {ks}.persistent WHERE db = ? LIMIT 1", (self.db,))
-        else:
-            rows = self.client.run("seqnum", f"SELECT n FROM {ks}.seqnums WHERE db = ?", (self.name,))
+        rows = self.client.run("seqnum", self.cql.seqnum, (self.db if self.spec.persistent else self.name,))
         return (rows[0][0] or 0) if rows else 0
 
     # -- transactions (persistent databases: one partition) ----------------------------
 
     def take_transaction_lock(self, token: int, seconds: float) -> bool:
-        cql = (f"UPDATE {self.config.keyspace}.persistent USING TTL ? SET txn = ?, txn_owner = ? "
-               "WHERE db = ? IF txn = null")
         try:
-            taken, _ = self.client.lwt("transaction lock", cql, (int(seconds), token, self.owner, self.db))
+            taken, _ = self.client.lwt("transaction lock", self.cql.txn_take,
+                                       (int(seconds), token, self.owner, self.db))
         except cc.OutcomeUnknown:
             taken = self._transaction_row()[0] == token
         if taken:
@@ -342,23 +225,18 @@ class CassandraAdapter(TransactionalLeasedAdapter):
 
     def _transaction_row(self) -> tuple[int | None, int | None, int]:
         """The partition's transaction lock, this process's last commit id and seq, at SERIAL."""
-        rows = self.client.run("transaction", f"SELECT txn, commits, seq FROM {self.config.keyspace}.persistent"
-                               " WHERE db = ? LIMIT 1", (self.db,), serial=True)
+        rows = self.client.run("transaction", self.cql.txn_row, (self.db,), serial=True)
         if not rows:
             return None, None, 0
         return rows[0].txn, (rows[0].commits or {}).get(self.owner), rows[0].seq or 0
 
     def commit_transaction(self, token: int, writes: Writes) -> bool:
-        t = f"{self.config.keyspace}.persistent"
         commit_id = secrets.randbits(63)
         statements: list[tuple[str, Any]] = [
-            (f"UPDATE {t} SET v = ? WHERE db = ? AND k = ?", (v, self.db, cc.stored_key(k)))
-            for k, v in writes.items()]
-        statements.append((f"UPDATE {t} SET txn = null, txn_owner = null, seq = ? WHERE db = ? IF txn = ?",
-                           (self._txn_seq + 1, self.db, token)))
+            (self.cql.txn_write, (v, self.db, cc.stored_key(k))) for k, v in writes.items()]
+        statements.append((self.cql.txn_commit, (self._txn_seq + 1, self.db, token)))
         # the commit's receipt: the next transaction writes its own, not over ours
-        statements.append((f"UPDATE {t} USING TTL {cc.RECEIPT_TTL} SET commits[?] = ? WHERE db = ?",
-                           (self.owner, commit_id, self.db)))
+        statements.append((self.cql.txn_receipt, (self.owner, commit_id, self.db)))
         try:
             applied, _ = self.client.batch("commit", statements)
         except cc.OutcomeUnknown:
@@ -370,92 +248,29 @@ class CassandraAdapter(TransactionalLeasedAdapter):
 
     def release_transaction_lock(self, token: int) -> None:
         try:
-            self.client.lwt("cancel", f"UPDATE {self.config.keyspace}.persistent SET txn = null, txn_owner = null "
-                            "WHERE db = ? IF txn = ?", (self.db, token))
+            self.client.lwt("cancel", self.cql.txn_cancel, (self.db, token))
         except cc.OutcomeUnknown:
             pass  # a lock left behind ends with its TTL
 
-    # -- opening a volatile database -----------------------------------------------------
+    # -- opening a volatile database (dbwrap_py.openers; the store's side: openers.py) ---
 
     def _open_volatile(self) -> None:
         """Join the openers; the first one (TDB_CLEAR_IF_FIRST) starts a new generation."""
-        ks = self.config.keyspace
-        lock = secrets.randbits(63)
-        deadline = time.monotonic() + self.op_timeout
-        self._take_open_lock(lock, deadline)
-        try:
-            row = self._open_row()
-            self.generation = row.generation or 0
-            if self.spec.tdb_flags & TDB_CLEAR_IF_FIRST and not self.client.run(
-                    "open", f"SELECT opener FROM {ks}.openers WHERE db = ? LIMIT 1", (self.name,)):
-                self.generation += 1
-                self._set_open_row("generation = ?, layout = ?", (self.generation, self.layout), lock,
-                                   lambda found: found.generation == self.generation)
-            elif row.layout is None:  # a database from before layouts, or opened without CLEAR_IF_FIRST
-                self._set_open_row("layout = ?", (self.layout,), lock, lambda found: found.layout == self.layout)
-            else:
-                self.layout = row.layout  # the generation's first opener chose it
-                if self._bump_seqnum:
-                    self.client.run("open", f"UPDATE {ks}.seqnums SET n = n + 1 WHERE db = ?", (self.name,),
-                                    idempotent=False)
-            self._opener = secrets.randbits(63)
-            _OPENERS.join(self.config, self.name, self._opener)
-        finally:
-            self._let_open_lock_go(lock, deadline)
+        store = CassandraOpeners(self.client, self.name, self.layout, self._bump_seqnum)
+        self._registration = OPENERS.open(store, bool(self.spec.tdb_flags & TDB_CLEAR_IF_FIRST))
+        self.generation, self.layout = store.generation, store.layout
         self.db = f"{self.name}:{self.generation}"
-
-    def _take_open_lock(self, lock: int, deadline: float) -> None:
-        """The ``opening`` LWT lock of the database's row, tried again until ``deadline``."""
-        for _ in retry_until(deadline, CONTENDED):
-            try:
-                applied, _ = self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases USING TTL ? "
-                                             "SET opening = ? WHERE db = ? IF opening = null",
-                                             (max(int(self.op_timeout), 1), lock, self.name))
-            except cc.OutcomeUnknown:  # contended Paxos: read who holds it
-                applied = self._open_row().opening == lock
-            if applied:
-                return
-        raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
-
-    def _open_row(self) -> Any:
-        """The database's row at SERIAL: ``opening`` (the open lock), ``generation`` and ``layout``."""
-        rows = self.client.run("open", f"SELECT opening, generation, layout FROM {self.config.keyspace}.databases "
-                               "WHERE db = ?", (self.name,), serial=True)
-        return rows[0] if rows else _NO_ROW
-
-    def _set_open_row(self, assignments: str, args: tuple[Any, ...], lock: int, done: Any) -> None:
-        """Change the database's row while the open lock is still ours."""
-        try:
-            applied, _ = self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases SET {assignments} "
-                                         "WHERE db = ? IF opening = ?", (*args, self.name, lock))
-        except cc.OutcomeUnknown:
-            applied = done(self._open_row())
-        if not applied:
-            raise Timeout(f"{self.name}: the open lock expired before the open was done (op_timeout)")
-
-    def _let_open_lock_go(self, lock: int, deadline: float) -> None:
-        """Until it is known gone: a release lost in contention would keep
-        every other opener waiting for its TTL; past ``deadline``, left to its TTL."""
-        for _ in retry_until(deadline, CONTENDED):
-            try:
-                self.client.lwt("open", f"UPDATE {self.config.keyspace}.databases SET opening = null "
-                                "WHERE db = ? IF opening = ?", (self.name, lock))
-                return
-            except cc.OutcomeUnknown:
-                if self._open_row().opening != lock:
-                    return  # gone
 
     # -- lifetime ---------------------------------------------------------------------
 
     def after_fork(self) -> None:
         super().after_fork()
         self.owner = f"{socket.gethostname()}:{os.getpid()}"  # whose receipts are whose
-        self._opener = 0  # the parent's row; the parent renews and removes it
 
     def close(self) -> None:
-        if self._opener:
-            _OPENERS.leave(self.config, self.name, self._opener)
-            self._opener = 0
+        if self._registration is not None:  # a parent's, in a child: dbwrap_py.openers leaves it alone
+            OPENERS.leave(self._registration)
+            self._registration = None
 
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
 
@@ -465,15 +280,15 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         options = cls.options_of(options)
         op_timeout = options.value("op_timeout")
         config = cc.ClientConfig.from_options(options, op_timeout, cls.dialect)
-        cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE)  # the agent may come before any database
+        schema.ensure(config)  # the agent may come before any database
         return nodestore.CassandraNodeStore(config, options.value("request_poll"))
 
     def ownership(self) -> owning.CassandraOwnership:
         """This database's ownership operations, on this database's client."""
         if not self.buckets:
-            raise ConfigError(f"{self.name}: node_cache needs layout = {BUCKETS}, and this generation's "
+            raise ConfigError(f"{self.name}: node_cache needs layout = {schema.BUCKETS}, and this generation's "
                               f"first opener chose {self.layout}: open it with node_cache (or layout = "
-                              f"{BUCKETS}) everywhere")
+                              f"{schema.BUCKETS}) everywhere")
         return owning.CassandraOwnership(self.client, self.name, self.generation, self.op_timeout)
 
     @property
@@ -481,58 +296,5 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         """The node cache voids ownership tokens up to it."""
         return owning.wipe_revision(self.generation)
 
-
-class _Openers:
-    """This process's opener rows, renewed by one thread while the process
-    lives; a forked child's thread is not there, and its parent renews."""
-
-    def __init__(self) -> None:
-        self._rows: dict[tuple[str, int], cc.ClientConfig] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-
-    def join(self, config: cc.ClientConfig, db: str, opener: int) -> None:
-        self._renew_one(config, db, opener)
-        with self._lock:
-            self._rows[(db, opener)] = config
-            if self._pid != os.getpid():
-                self._rows = {(db, opener): config}  # the parent's rows are the parent's to renew
-                self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._renew, name="dbwrap-py openers", daemon=True)
-                self._thread.start()
-
-    def leave(self, config: cc.ClientConfig, db: str, opener: int) -> None:
-        with self._lock:
-            self._rows.pop((db, opener), None)
-        client = cc.Client(config)
-        try:
-            client.run("close", f"DELETE FROM {client.config.keyspace}.openers WHERE db = ? AND opener = ?",
-                       (db, opener))
-        except Exception:
-            pass  # the row expires by itself
-
-    @staticmethod
-    def _renew_one(config: cc.ClientConfig, db: str, opener: int) -> None:
-        """Its own Client: the database's counts only the database's round trips."""
-        client = cc.Client(config)
-        client.run("open", f"INSERT INTO {client.config.keyspace}.openers (db, opener) VALUES (?, ?) USING TTL ?",
-                   (db, opener, OPENER_TTL))
-
-    def _renew(self) -> None:
-        while True:
-            time.sleep(OPENER_TTL / 3)
-            with self._lock:
-                rows = list(self._rows.items()) if self._pid == os.getpid() else []
-            for (db, opener), config in rows:
-                try:
-                    self._renew_one(config, db, opener)
-                except Exception:
-                    pass  # tried again in a third of the TTL
-
-
-_OPENERS = _Openers()
-# the parent's renewal thread may hold its lock at fork(); the child has no such thread
-os.register_at_fork(after_in_child=lambda: setattr(_OPENERS, "_lock", threading.Lock()))
 
 ADAPTER = CassandraAdapter

@@ -315,28 +315,3 @@ def test_a_dead_node_fails_within_op_timeout_with_unavailable(tmp_path):
         with pytest.raises((Unavailable, Timeout)):
             db.get(b"k")
         assert time.monotonic() - started < 2 + 1.5
-
-
-def test_a_child_forked_while_another_thread_connects_can_still_connect():
-    """A parent's thread holding the sessions' lock across fork() (an opener
-    renewal connecting to a dead server for seconds) left the child's
-    session_for waiting for good: test_cassandra_faults' workers hung so."""
-    import threading
-
-    holding, release = threading.Event(), threading.Event()
-
-    def connecting() -> None:
-        with cc._SESSIONS_LOCK:
-            holding.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=connecting)
-    thread.start()
-    assert holding.wait(10)
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0 if cc._SESSIONS_LOCK.acquire(timeout=2) else 1)
-    release.set()
-    thread.join(10)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0

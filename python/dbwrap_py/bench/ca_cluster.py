@@ -29,7 +29,6 @@ host's 2 cores with the Python clients, so only the ratios mean something.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

@@ -4,9 +4,7 @@ the adapters' and the conformance suite's (TDB_CLEAR_IF_FIRST there)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -15,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from dbwrap_py.openers import RENEW_FRACTION, Openers
+from dbwrap_py.testing.forked import in_forked_child
 
 TTL = 0.3
 
@@ -179,30 +178,22 @@ def test_a_forked_child_renews_its_own_and_the_parent_goes_on_renewing_its_own(o
     parent_store = FakeStore(Table(), "parent.tdb")
     parent_reg = openers.open(parent_store, clear_if_first=True)
     parent_thread = openers.renewal_thread()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, never return into pytest
-        result = {}
-        try:
-            result["inherited"] = len(openers.registrations())
-            child_store = FakeStore(Table(), "child.tdb")
-            child_reg = openers.open(child_store, clear_if_first=True)
-            thread = openers.renewal_thread()
-            result["own_thread"] = thread is not None and thread is not parent_thread and thread.is_alive()
-            time.sleep(3 * TTL * RENEW_FRACTION + 0.1)
-            result["child_renewals"] = child_store.renewals
-            before = parent_store.renewals
-            openers.leave(parent_reg)  # the parent's: not the child's to remove
-            result["parent_row_kept"] = parent_reg.opener in parent_store.table.rows["parent.tdb"]
-            result["parent_not_renewed_here"] = parent_store.renewals == before
-            result["mine"] = openers.registrations() == [child_reg]
-        finally:
-            os.write(write, json.dumps(result).encode())
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        result = json.loads(pipe.read())
-    os.waitpid(pid, 0)
+
+    def child(result: dict) -> None:  # in the forked child
+        result["inherited"] = len(openers.registrations())
+        child_store = FakeStore(Table(), "child.tdb")
+        child_reg = openers.open(child_store, clear_if_first=True)
+        thread = openers.renewal_thread()
+        result["own_thread"] = thread is not None and thread is not parent_thread and thread.is_alive()
+        time.sleep(3 * TTL * RENEW_FRACTION + 0.1)
+        result["child_renewals"] = child_store.renewals
+        before = parent_store.renewals
+        openers.leave(parent_reg)  # the parent's: not the child's to remove
+        result["parent_row_kept"] = parent_reg.opener in parent_store.table.rows["parent.tdb"]
+        result["parent_not_renewed_here"] = parent_store.renewals == before
+        result["mine"] = openers.registrations() == [child_reg]
+
+    result = in_forked_child(child)
     assert result == {"inherited": 0, "own_thread": True, "child_renewals": result["child_renewals"],
                       "parent_row_kept": True, "parent_not_renewed_here": True, "mine": True}
     assert result["child_renewals"] >= 3

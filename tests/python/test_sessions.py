@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 
 import pytest
 
 from dbwrap_py.sessions import Sessions
+from dbwrap_py.testing.forked import in_forked_child
 
 
 class Client:
@@ -52,23 +52,15 @@ def test_close_all_closes_and_forgets_this_process_clients():
 def test_a_forked_child_makes_its_own_and_leaves_the_parents_alone():
     sessions: Sessions[Client] = Sessions("test")
     parent = sessions.client_for("a", lambda: Client("a"))
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        result = {}
-        try:
-            result["inherited"] = len(sessions.clients())
-            sessions.close_all(lambda client: setattr(client, "closed", True))  # nothing of the parent's
-            child = sessions.client_for("a", lambda: Client("a"))
-            result["own"] = child is not parent and child.pid == os.getpid()
-            result["parent_closed"] = parent.closed
-        finally:
-            os.write(write, json.dumps(result).encode())
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        result = json.loads(pipe.read())
-    os.waitpid(pid, 0)
+
+    def child(result: dict) -> None:  # in the forked child
+        result["inherited"] = len(sessions.clients())
+        sessions.close_all(lambda client: setattr(client, "closed", True))  # nothing of the parent's
+        mine = sessions.client_for("a", lambda: Client("a"))
+        result["own"] = mine is not parent and mine.pid == os.getpid()
+        result["parent_closed"] = parent.closed
+
+    result = in_forked_child(child)
     assert result == {"inherited": 0, "own": True, "parent_closed": False}
     assert sessions.client_for("a", lambda: Client("b")) is parent
 

@@ -115,9 +115,9 @@ def test_a_waiter_wakes_by_notify_when_the_holder_lets_go(ceph, tmp_path):
     # until the waiter has its watch and has flagged itself (a fixed 0.6 s
     # sleep was too short once under load: it took the lock by its poll)
     deadline = time.monotonic() + 10
-    while b"busy" not in waiter._flagged and time.monotonic() < deadline:
+    while b"busy" not in waiter._waits.flagged and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert b"busy" in waiter._flagged, "the waiter never flagged itself"
+    assert b"busy" in waiter._waits.flagged, "the waiter never flagged itself"
     assert not taken.is_set()
     released_at.append(time.monotonic())
     holder.put_unlock(b"busy", b"handed over")

@@ -272,12 +272,13 @@ check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on t
 
 # Every check. Two lanes side by side: the smbtorture matrix, which mostly
 # waits on smbd's timers, and the quick steps; then, one after the other
-# with nothing beside them, the conformance tables and pytest's tests that
-# start a server, whose leases, timeouts and hand-overs are timed (with
-# everything at once on 2 cores they failed: docs/tests.md). `all` and
-# the scylla venv are built first, so no two steps build the same thing.
-TEST_LANES := "test-torture-matrix" "test-c test-memcheck test-python-unit test-smb test-fuzz-proxy"
-TEST_THEN  := test-conformance test-python-servers
+# with nothing beside them, pytest's unit tests, the conformance tables and
+# pytest's tests that start a server, whose leases, timeouts, fuzz budgets
+# and hand-overs are timed (with everything at once on 2 cores they failed:
+# docs/tests.md). `all` and the scylla venv are built first, so no two
+# steps build the same thing.
+TEST_LANES := "test-torture-matrix" "test-c test-memcheck test-smb test-fuzz-proxy"
+TEST_THEN  := test-python-unit test-conformance test-python-servers
 test: all venv-scylla ## every test, in lanes side by side; each step's time at the end
 	@$(STEPS) --title "make test" --logs $(RESULTS)/test --then "$(TEST_THEN)" $(TEST_LANES)
 

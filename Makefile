@@ -94,7 +94,7 @@ PRELOAD_RPATH := '$$ORIGIN'
 INSTALLED_CFLAGS :=
 
 .PHONY: help all deps venv venv-scylla clean check samba-abi-check samba-abi-offsets test test-fast test-c test-memcheck test-python \
-	test-python-unit test-conformance test-conformance-tdb test-conformance-servers test-smb test-cluster \
+	test-python-unit test-python-full test-conformance test-conformance-tdb test-conformance-scylla test-conformance-servers test-smb test-cluster \
 	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
@@ -254,7 +254,7 @@ $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 # Cassandra on one worker; the controller starts one etcd and one Ceph for
 # every worker (tests/python/conftest.py).
 PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup --durations=12
 # smbtorture runs at a time in the matrix: they mostly wait on smbd's timers.
 # Measured alone on 2 cores (docs/tests.md): 4 at a time 546 s, 8 456 s,
 # 12 354 s, 16 283 s; at 16 every lease and oplock run goes at once, and the
@@ -272,27 +272,28 @@ check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on t
 
 # Every check. Two lanes side by side: the smbtorture matrix, which mostly
 # waits on smbd's timers, and the quick steps; then, one after the other
-# with nothing beside them, pytest's unit tests, the conformance tables and
-# pytest's tests that start a server, whose leases, timeouts, fuzz budgets
-# and hand-overs are timed (with everything at once on 2 cores they failed:
+# with nothing beside them, memcheck, pytest's unit tests, the conformance
+# tables and pytest's tests that start a server, whose leases, timeouts,
+# fuzz budgets and hand-overs are timed (with everything at once on 2 cores
+# they failed, and valgrind beside the matrix took 604 s instead of 84:
 # docs/tests.md). `all` and the scylla venv are built first, so no two
 # steps build the same thing.
-TEST_LANES := "test-torture-matrix" "test-c test-memcheck test-smb test-fuzz-proxy"
-TEST_THEN  := test-python-unit test-conformance test-python-servers
+TEST_LANES := "test-torture-matrix" "test-c test-smb test-fuzz-proxy"
+TEST_THEN  := test-memcheck test-python-unit test-conformance test-python-servers
 test: all venv-scylla ## every test, in lanes side by side; each step's time at the end
 	@$(STEPS) --title "make test" --logs $(RESULTS)/test --then "$(TEST_THEN)" $(TEST_LANES)
 
 # make test without the smbtorture matrix.
 test-fast: all venv-scylla ## make test without the smbtorture matrix
 	@$(STEPS) --title "make test-fast" --logs $(RESULTS)/test-fast --then "$(TEST_THEN)" \
-		"test-c test-memcheck test-python-unit" "test-smb test-fuzz-proxy"
+		"test-c" "test-smb test-fuzz-proxy"
 
 # The longer matrix, run before an issue is resolved (CI runs `make test`):
 # everything in `make test`, the fresh roots, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
 TEST_FULL := test test-fresh test-deb test-trixie test-sid test-torture-matrix-full test-torture-scylla \
-	test-conformance-proxy test-fuzz-proxy test-cluster test-sid-cluster
+	test-conformance-proxy test-conformance-scylla test-python-full test-fuzz-proxy test-cluster test-sid-cluster
 test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase,
@@ -363,12 +364,17 @@ test-memcheck: all ## the C suite and do_locked's value under valgrind memcheck
 test-python: test-python-unit test-python-servers ## pytest tests/python, 4 at a time; scylla in its venv
 
 test-python-unit: venv $(BRIDGE_LIB) $(INPROC_LIB) ## pytest tests/python without the tests that start a server
-	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "not server and not alone" tests/python
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "not server and not alone and not full" tests/python
 
 test-python-servers: venv venv-scylla $(BRIDGE_LIB) $(INPROC_LIB) ## pytest's tests that start a server
-	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "server and not alone" tests/python
-	$(VPY) -m pytest -q -m alone tests/python || [ $$? -eq 5 ]
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) -m "server and not alone and not full" tests/python
+	$(VPY) -m pytest -q -m "alone and not full" tests/python || [ $$? -eq 5 ]
 	$(VPY_SCYLLA) -m pytest -q tests/python/test_scylla_dialect.py
+
+# The fault tests on three-node Cassandras (marked full): each starts a
+# cluster and kills nodes, a minute or more; make test-full runs them.
+test-python-full: venv $(BRIDGE_LIB) $(INPROC_LIB) ## pytest's fault tests on three-node Cassandras (in make test-full)
+	$(VPY) -m pytest -q --durations=12 -m full tests/python
 
 # The adapter conformance suite: the tables for tdb, memory, etcd (on a
 # throwaway etcd, 2 s leases to keep it short) and rados (on a throwaway
@@ -403,8 +409,12 @@ test-conformance-etcd: all ## conformance on a throwaway etcd, without and with 
 test-conformance-rados: all ## conformance on a throwaway Ceph, without and with the node cache
 	$(VPY) -m dbwrap_py.cli check rados -o lease=2 --variant node_cache=yes
 
-test-conformance-cassandra: all venv-scylla ## conformance on a throwaway Cassandra (and the scylla dialect)
+test-conformance-cassandra: all ## conformance on a throwaway Cassandra, without and with the node cache
 	$(VPY) -m dbwrap_py.cli check cassandra -o lease=2 --variant node_cache=yes
+
+# The scylla dialect's table starts a Cassandra of its own (no Scylla server
+# can be had here); make test runs the dialect's pytest, make test-full this.
+test-conformance-scylla: all venv-scylla ## conformance: the scylla dialect on a throwaway Cassandra (in make test-full)
 	$(VPY_SCYLLA) -m dbwrap_py.cli check scylla -o lease=2
 
 test-conformance-fdb: all ## conformance on the fdb model, without and with the node cache

@@ -12,9 +12,9 @@ a refused one raises FencedOut naming the cause. A waiter watches the lock
 key for its deletion, bounded by op_timeout. Round trips: lock_get,
 put_unlock, get, put, remove and unlock one each; ``round_trips`` counts them.
 Key layout: ``keys.py``. Transactions (persistent databases): ``transactions.py``.
-TDB_CLEAR_IF_FIRST: each open of a volatile database puts an opener key on
-its lease, and the first opener's test (no key in ``o/``) and the wipe are
-one transaction. The node cache (volatile databases): ``ownership.py``; a
+TDB_CLEAR_IF_FIRST: the openers service (``dbwrap_py.openers``) on
+``openers.py``: an opener key on the lease; the first opener's test (no key
+in ``o/``) and the wipe are one transaction. The node cache (volatile databases): ``ownership.py``; a
 record a node owns (its lock key names the node, or its bucket is claimed)
 is asked for while we wait for its lock, and an unlocked read of one takes
 the lock (the node writes the record back) rather than read a stale copy.
@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dbwrap_py.adapter import Capabilities, DatabaseSpec
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported beside the other defaults
     DEFAULT_LEASE_TTL,
     DEFAULT_OP_TIMEOUT,
@@ -46,17 +46,12 @@ from dbwrap_py.adapters.etcd.client import (  # DEFAULT_OP_TIMEOUT: re-exported 
 from dbwrap_py.adapters.etcd.keys import DEFAULT_PREFIX, DatabaseKeys, prefix_end, prefix_option
 from dbwrap_py.adapters.etcd.locks import RecordLocks
 from dbwrap_py.adapters.etcd.nodestore import agent_store
-from dbwrap_py.adapters.etcd.ownership import (
-    EtcdOwnership,
-    compare_create,
-    delete_op,
-    first_kv,
-    put_op,
-    range_op,
-)
+from dbwrap_py.adapters.etcd.openers import EtcdOpeners
+from dbwrap_py.adapters.etcd.ownership import EtcdOwnership, delete_op, put_op
 from dbwrap_py.adapters.etcd.transactions import TransactionSteps
-from dbwrap_py.errors import ConfigError, Corruption, DbwrapError, Unavailable
+from dbwrap_py.errors import ConfigError, Corruption, Unavailable
 from dbwrap_py.leased import PREFIX, LeaseSource
+from dbwrap_py.openers import OPENERS, Registration
 from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
@@ -111,7 +106,7 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         self._pid = -1
         self._session: _Session | None = None
         self._owner = b""
-        self._opener_key: bytes | None = None
+        self._registration: Registration | None = None  # this opener's, in dbwrap_py.openers
         self._revisions: dict[int, int] = {}  # token -> create_revision of its lock key (the fence)
         self._closed = False
         #: revision of this volatile database's last CLEAR_IF_FIRST wipe
@@ -133,28 +128,18 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         session.users += 1
         self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:12]}".encode()
         if not self.spec.persistent:
-            self._register_opener(session)
+            self._join_openers(session)
         return session
 
-    def _register_opener(self, session: _Session) -> None:
-        """Put our opener key; wipe first if nobody else has the database open."""
-        k = self.keys
-        key = k.openers_prefix + self._owner
-        deadline = self._deadline()
-        put_opener = put_op(key, lease=session.lease(deadline, self._count))
-        # nobody has it open, so the only locks and claims are nodes' ownerships
-        wipes = [delete_op(p, prefix_end(p)) for p in (k.data_prefix, k.locks_prefix, k.buckets_prefix,
-                                                       k.detached_prefix)]
-        reply = self._txn_call({"compare": [compare_create(k.openers_prefix, 0, prefix_end(k.openers_prefix))],
-                                "success": [*wipes, put_op(k.seq), put_op(k.wiped), put_opener],
-                                "failure": [put_opener, range_op(k.wiped)]}, deadline, idempotent=True)
-        if reply.get("succeeded"):
-            self.wipe_revision = int(reply["header"]["revision"])
-        else:
-            wiped = first_kv(reply["responses"][1])
-            self.wipe_revision = int(wiped["mod_revision"]) if wiped else 0
-        self._opener_key = key
-        session.add_opener(key)
+    def _join_openers(self, session: _Session) -> None:
+        """Join the openers (``openers.py``); the first wipes (TDB_CLEAR_IF_FIRST)."""
+        def call(path: str, body: Mapping[str, Any], idempotent: bool) -> dict[str, Any]:
+            return self._call(path, body, self._deadline(), idempotent)
+
+        store = EtcdOpeners(self.keys, session, lambda: session.lease(self._deadline(), self._count), call,
+                            self._owner)
+        self._registration = OPENERS.open(store, bool(self.spec.tdb_flags & TDB_CLEAR_IF_FIRST))
+        self.wipe_revision = store.wipe_revision
 
     def _deadline(self) -> float:
         return time.monotonic() + self.config.op_timeout
@@ -260,19 +245,16 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         self._pid = -1
         self._revisions.clear()
         self._tries = None
-        self._opener_key = None
+        self._registration = None  # the parent's (dbwrap_py.openers leaves it to the parent)
 
     def close(self) -> None:
         if self._closed:
             return
         session = self._session if self._pid == os.getpid() else None
         if session is not None:
-            try:
-                if self._opener_key is not None:
-                    session.remove_opener(self._opener_key)
-                    self._call("/v3/kv/deleterange", {"key": _b64(self._opener_key)}, self._deadline(), True)
-            except DbwrapError:
-                pass  # the lease takes it
+            if self._registration is not None:
+                OPENERS.leave(self._registration)  # a failure is logged: the lease takes it
+                self._registration = None
             session.users -= 1
             if session.users <= 0:
                 session.close()

@@ -88,7 +88,8 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
             else:  # and no transaction lock may be held (transactions.py)
                 taken = self.zk.create_all([*self._no_transaction_ops(), ("create", self._path("l", key), b"", True),
                                             ("create", self._path("f", key, token), b"", True)], "taking a record lock")
-        return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
+            # inside: a read lost after the take lets the lock go, else our live session keeps it
+            return taken, self.zk.get_many([self._path("d", key)])[0] if taken and read else None
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         return self.zk.write(self._path("d", key), self.seq, [("check", self._path("f", key, token))], value, True)

@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -92,6 +92,8 @@ class Session:
         self.config = config
         self.users = 0
         self.round_trips = 0
+        #: (fence, lock) pairs a lost answer may have left ours, whose let-go failed too
+        self._unreleased: list[tuple[str, str]] = []
         retry = {"max_tries": -1, "delay": 0.05, "max_delay": 1.0}  # reconnect soon after an outage
         self.client = KazooClient(hosts=config.hosts, timeout=config.session_timeout,
                                   connection_retry=retry, logger=_QUIET)
@@ -161,6 +163,7 @@ class Session:
         lost: Unavailable | None = None
         for _ in retry_until(time.monotonic() + self.config.op_timeout, RECONNECT):
             try:
+                self._let_go_unreleased()
                 return self._multi(ops)
             except Unavailable as exc:
                 if not (retry and isinstance(exc.__cause__, (ConnectionLoss, SessionExpiredError))):
@@ -204,9 +207,19 @@ class Session:
         try:
             yield
         except Unavailable:
-            with suppress(Unavailable):
+            try:
                 self.multi([("delete", fence), ("delete", lock)], True)
+            except Unavailable:  # still away after op_timeout: before our next request, then
+                self._unreleased.append((fence, lock))
             raise
+
+    def _let_go_unreleased(self) -> None:
+        """The pairs ``let_go_if_lost`` could not let go: each one multi,
+        which fails harmlessly unless our fence is there."""
+        while self._unreleased:
+            fence, lock = self._unreleased[0]
+            self._multi([("delete", fence), ("delete", lock)])  # raises while still away: kept
+            self._unreleased.pop(0)
 
     def write(self, path: str, seq: str, fence: Sequence[Op], value: bytes | None, retry: bool = False) -> bool:
         """``fence``, then ``value`` at ``path`` (None: delete) and a set of

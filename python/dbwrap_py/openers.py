@@ -8,7 +8,10 @@ adapter:
 
 * the open: under the store's own atomicity (``exclusive``), is anyone else
   registered; if not and the database was opened with TDB_CLEAR_IF_FIRST,
-  the store wipes it (``opened(first=True)``); then this opener registers;
+  the store wipes it (``opened(first=True)``); then this opener registers.
+  A store that does the test, the wipe and the registration in one atomic
+  step of its own (etcd's transaction) says so with ``open_atomically``
+  instead (``AtomicOpenerStore``);
 * this process's registry of registrations, and one renewal thread for all
   of them: each is renewed every ``RENEW_FRACTION`` of its store's ``ttl``;
   a failed renewal is logged (the first of a run of failures as a warning,
@@ -38,7 +41,7 @@ import time
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dbwrap_py.retry import Backoff
 
@@ -75,11 +78,28 @@ class OpenerStore(Protocol):
         """Remove ``opener``'s registration; raise on failure (it expires by itself)."""
 
 
+@runtime_checkable
+class AtomicOpenerStore(Protocol):
+    """A store whose open is one atomic step: no ``exclusive`` lock needed."""
+
+    ttl: float | None
+
+    def open_atomically(self, opener: int, clear_if_first: bool) -> bool:
+        """Register ``opener``; in the same atomic step, if nobody else is
+        registered and ``clear_if_first``, wipe the database. Whether it wiped."""
+
+    def register(self, opener: int) -> None:
+        """Renew ``opener``'s registration (for ``ttl``); raise on failure."""
+
+    def unregister(self, opener: int) -> None:
+        """Remove ``opener``'s registration; raise on failure (it expires by itself)."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Registration:
     """One opener of one database, registered by the process ``pid``."""
 
-    store: OpenerStore
+    store: OpenerStore | AtomicOpenerStore
     opener: int
     pid: int
     #: this open was the first: it wiped the database (TDB_CLEAR_IF_FIRST)
@@ -117,8 +137,12 @@ class Openers:
 
     # -- what adapters call ---------------------------------------------------
 
-    def open(self, store: OpenerStore, clear_if_first: bool) -> Registration:
+    def open(self, store: OpenerStore | AtomicOpenerStore, clear_if_first: bool) -> Registration:
         """Join the database's openers; the first one wipes it if ``clear_if_first``."""
+        if isinstance(store, AtomicOpenerStore):
+            opener = secrets.randbits(63)
+            first = store.open_atomically(opener, clear_if_first)
+            return self._keep(Registration(store, opener, os.getpid(), first))
         with store.exclusive():
             first = clear_if_first and not store.others_open()
             store.opened(first)
@@ -128,6 +152,11 @@ class Openers:
         """Register a new opener of ``store``'s database and keep it renewed."""
         registration = Registration(store, secrets.randbits(63), os.getpid(), first)
         store.register(registration.opener)
+        return self._keep(registration)
+
+    def _keep(self, registration: Registration) -> Registration:
+        """Renew a registered opener every RENEW_FRACTION of its store's ttl (if it has one)."""
+        store = registration.store
         if store.ttl is None:
             return registration
         state = self._mine()

@@ -22,7 +22,7 @@ from dbwrap_py.errors import DbwrapError, Timeout, Unavailable  # noqa: E402
 from dbwrap_py.ntstatus import NT_STATUS_DEVICE_NOT_READY, NT_STATUS_IO_TIMEOUT  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.full]  # three-node Cassandras: make test-full
 
 
 KEYS = [b"counter-%d" % i for i in range(4)]

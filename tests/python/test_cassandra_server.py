@@ -179,6 +179,7 @@ def test_a_node_that_exits_at_start_is_explained(monkeypatch):
     assert root.name.startswith("dbwrap-py-cassandra-0-") and not root.exists()
 
 
+@pytest.mark.full  # a three-node Cassandra: make test-full
 def test_three_nodes_serve_quorum_with_one_killed_and_take_it_back(timed):
     started = time.monotonic()
     with CassandraCluster(nodes=3) as cluster:

@@ -713,17 +713,17 @@ def test_three_node_cluster_survives_a_member_and_fails_cleanly_without_quorum(t
         db = open_etcd(cluster.endpoints, name, op_timeout="2", lease_ttl="2")
         put(db, b"before", b"1")
 
-        def writer(index: int) -> Callable[[Child], tuple[list[tuple[bytes, bytes]], int]]:
-            def work(ch: Child) -> tuple[list[tuple[bytes, bytes]], int]:
-                acknowledged = []
+        def writer(index: int) -> Callable[[Child], tuple[list[tuple[bytes, bytes, float]], int]]:
+            def work(ch: Child) -> tuple[list[tuple[bytes, bytes, float]], int]:
+                acknowledged = []  # key, value, when (CLOCK_MONOTONIC: the parent's clock too)
                 failures = 0
-                stop_at = time.monotonic() + 2.0
+                stop_at = time.monotonic() + 4.0
                 i = 0
                 while time.monotonic() < stop_at:
                     key, value = b"w%d-%d" % (index, i), b"v%d" % i
                     try:
                         put(db, key, value)
-                        acknowledged.append((key, value))
+                        acknowledged.append((key, value, time.monotonic()))
                     except (Timeout, Unavailable):
                         failures += 1
                     i += 1
@@ -735,11 +735,15 @@ def test_three_node_cluster_survives_a_member_and_fails_cleanly_without_quorum(t
         time.sleep(0.7)
         victim = _leader(cluster)
         cluster.stop_member(victim)  # SIGKILL the leader mid-write
+        killed_at = time.monotonic()
         results = [child.result() for child in children]
-        acknowledged = [pair for pairs, _ in results for pair in pairs]
+        after = [pair for pairs, _ in results for *pair, when in pairs if when > killed_at]
+        acknowledged = [(key, value) for pairs, _ in results for key, value, _ in pairs]
         failures = sum(failed for _, failed in results)
-        print(f"3 members, leader killed: {len(acknowledged)} writes acknowledged, {failures} failed")
-        assert len(acknowledged) > 50, "writes went on with two of three members"
+        print(f"3 members, leader killed: {len(acknowledged)} writes acknowledged, {len(after)} of them "
+              f"after the kill, {failures} failed")
+        # a count, not a rate: under make test's load a rate says more about the machine
+        assert len(after) >= 10, "writes went on with two of three members"
         stored = dict(db.traverse(False))
         lost = [key for key, value in acknowledged if stored.get(key) != value]
         assert not lost, f"acknowledged writes lost: {lost[:5]}"

@@ -464,8 +464,12 @@ from dbwrap_py.database import open_database
 dbs = [open_database(sys.argv[2] + str(i), 0, 1, os.O_RDWR | os.O_CREAT, 0o600, 0, 0, "fdb",
                      ["fdb_library=model", "cluster_file=" + sys.argv[1]]) for i in range(12)]
 time.sleep(0.5)
-children = [p for p in os.listdir("/proc") if p.isdigit()
-            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+def parent_of(pid):
+    try:  # a process that ends between listdir and open is not ours
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+children = [p for p in os.listdir("/proc") if p.isdigit() and parent_of(p) == str(os.getpid())]
 status = dict(line.split(":", 1) for line in open(f"/proc/{KeeperClient._current._process.pid}/status"))
 print(len(children), status["Threads"].strip(), status["VmRSS"].strip(), flush=True)
 """
@@ -473,9 +477,10 @@ print(len(children), status["Threads"].strip(), status["VmRSS"].strip(), flush=T
 
 def test_one_keeper_serves_every_database_of_its_process(cluster_file: Path, tmp_path: Path) -> None:
     """The cost of the parent's place among the openers: one process, a few threads."""
-    out = subprocess.run([sys.executable, "-c", OPEN_MANY, str(cluster_file), str(tmp_path / "many")],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    processes, threads, rss = out.split(maxsplit=2)
+    run = subprocess.run([sys.executable, "-c", OPEN_MANY, str(cluster_file), str(tmp_path / "many")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    processes, threads, rss = run.stdout.split(maxsplit=2)
     print(f"12 volatile databases: {processes} keeper process, {threads} threads, {rss} RSS")
     assert (int(processes), int(threads)) == (1, 3)
 

@@ -202,3 +202,29 @@ def test_a_forked_child_renews_its_own_and_the_parent_goes_on_renewing_its_own(o
     assert parent_store.renewals > renewed
     assert openers.registrations() == [parent_reg]
     assert openers.renewal_thread() is parent_thread and parent_thread.is_alive()
+
+
+class AtomicStore(FakeStore):
+    """A store whose test, wipe and registration are one step (etcd's transaction)."""
+
+    def exclusive(self) -> Iterator[None]:
+        raise AssertionError("an atomic store is never asked for its lock")
+
+    def open_atomically(self, opener: int, clear_if_first: bool) -> bool:
+        with self.table.lock:
+            first = clear_if_first and not self._live()
+            self.wipes += first
+            self.register(opener)
+            return first
+
+
+def test_an_atomic_store_opens_in_its_own_step_and_is_kept_like_any_other(openers):
+    table = Table()
+    first = openers.open(AtomicStore(table), clear_if_first=True)
+    second = openers.open(AtomicStore(table), clear_if_first=True)
+    assert (first.first, second.first) == (True, False)
+    assert set(openers.registrations()) == {first, second}, "renewed like a locked store's"
+    openers.leave(first)
+    openers.leave(second)
+    assert not table.rows["t.tdb"]
+    assert openers.open(AtomicStore(table), clear_if_first=True).first, "nobody left: the next open wipes"

@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -200,17 +200,21 @@ class Session:
     def let_go_if_lost(self, fence: str, lock: str) -> Iterator[None]:
         """Around a take or release of a lock: an answer lost may have
         landed, and then our live session would hold the lock until the
-        process ends. ``fence`` and ``lock`` go before the error does
-        (tried across the reconnect, until op_timeout): one multi, which
-        fails unless our fence, named by our token, is there, so never
-        another's lock."""
+        process ends. So ``fence`` and ``lock`` go: one multi, which fails
+        unless our fence, named by our token, is there, so never another's
+        lock. It is sent at once, unwaited (the call's error stays within
+        op_timeout; a session sends in order, so a late take lands first),
+        and sent again, waited for, before our next request (a lost
+        connection drops what was sent on it)."""
         try:
             yield
-        except Unavailable:
-            try:
-                self.multi([("delete", fence), ("delete", lock)], True)
-            except Unavailable:  # still away after op_timeout: before our next request, then
-                self._unreleased.append((fence, lock))
+        except (Unavailable, Timeout):  # no answer in time: it may land yet
+            self._unreleased.append((fence, lock))
+            with suppress(Exception):  # kazoo's own errors on a closed connection: the next request's try
+                txn = self.client.transaction()
+                txn.delete(fence)
+                txn.delete(lock)
+                txn.commit_async()
             raise
 
     def _let_go_unreleased(self) -> None:

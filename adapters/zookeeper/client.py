@@ -92,7 +92,7 @@ class Session:
         self.config = config
         self.users = 0
         self.round_trips = 0
-        #: (fence, lock) pairs a lost answer may have left ours, whose let-go failed too
+        #: (fence, lock) pairs a lost answer may have left ours: let go, waited for, before the next multi
         self._unreleased: list[tuple[str, str]] = []
         retry = {"max_tries": -1, "delay": 0.05, "max_delay": 1.0}  # reconnect soon after an outage
         self.client = KazooClient(hosts=config.hosts, timeout=config.session_timeout,
@@ -204,13 +204,13 @@ class Session:
         unless our fence, named by our token, is there, so never another's
         lock. It is sent at once, unwaited (the call's error stays within
         op_timeout; a session sends in order, so a late take lands first),
-        and sent again, waited for, before our next request (a lost
+        and sent again, waited for, before our next multi (a lost
         connection drops what was sent on it)."""
         try:
             yield
         except (Unavailable, Timeout):  # no answer in time: it may land yet
             self._unreleased.append((fence, lock))
-            with suppress(Exception):  # kazoo's own errors on a closed connection: the next request's try
+            with suppress(Exception):  # kazoo's own errors on a closed connection: the next multi's try
                 txn = self.client.transaction()
                 txn.delete(fence)
                 txn.delete(lock)

@@ -21,7 +21,7 @@ from dbwrap_py.adapters.zookeeper import nodestore
 from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
 from dbwrap_py.adapters.zookeeper.transactions import TransactionSteps
-from dbwrap_py.errors import ConfigError, Unavailable
+from dbwrap_py.errors import ConfigError, Timeout, Unavailable
 from dbwrap_py.leased import KEEP, OP_TIMEOUT, PREFIX, Keep, LeaseSource
 from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
@@ -137,7 +137,8 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     def close(self) -> None:
         if self._zk is not None:
-            with contextlib.suppress(Unavailable):  # else it goes with the session
+            # the opener znode is ephemeral: if no answer comes, it goes with the session
+            with contextlib.suppress(Unavailable, Timeout):
                 if self._opener:
                     self._zk.multi([("delete", self._opener)])
             let_go(self._zk)

@@ -286,7 +286,17 @@ class Session:
             pass
 
     def stop(self) -> None:
-        try:  # kazoo waits for its connection thread, at most max(10 s, the session timeout)
+        """End the session, waiting at most op_timeout. kazoo's stop waits
+        for its connection thread, which a server that holds the connection
+        but does not answer keeps until the read timeout (2/3 of the
+        session): past op_timeout a daemon thread finishes the stop, or the
+        server expires the session."""
+        stopping = threading.Thread(target=self._stop, name="zookeeper-stop", daemon=True)
+        stopping.start()
+        stopping.join(max(self.config.op_timeout, 0.1))
+
+    def _stop(self) -> None:
+        try:
             self.client.stop()
             self.client.close()
         except Exception:  # a failed stop leaves nothing worse than a session that expires

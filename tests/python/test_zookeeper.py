@@ -230,3 +230,27 @@ def test_each_wipe_numbers_a_new_generation_above_the_last_ones_tokens(zk, tmp_p
 
 #: the conformance suite through the pytest plugin, on a throwaway server of its own
 test_conformance = conformance_tests("zookeeper", {"session_timeout": "2"})
+
+
+def test_a_close_with_no_answer_raises_nothing(tmp_path):
+    """A server that keeps the connection but stops answering (SIGSTOP; a
+    session long enough that kazoo does not drop the connection first): the
+    close's delete of its opener times out, and the close still returns,
+    each of its two steps (that delete, the session's end) within
+    op_timeout, without an error: the opener znode is ephemeral and
+    goes with the session. (A CI run's writer once got Timeout from its
+    close, after the ensemble's leader was killed.)"""
+    with ZooKeeperServer() as server:
+        db = open_database(str(tmp_path / "paused.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "zookeeper",
+                           [f"hosts={server.hosts}", "session_timeout=20", "op_timeout=2"])
+        store(db, b"k", b"v")  # a volatile database: its opener znode is deleted at the close
+        pid = server.pid(0)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            db.close()
+            took = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert took < 2 * 2.0 + 1.0, f"the close took {took:.2f} s"  # the delete, then the session's stop

@@ -95,7 +95,8 @@ INSTALLED_CFLAGS :=
 
 .PHONY: help all deps venv venv-scylla clean check samba-abi-check samba-abi-offsets test test-fast test-c test-memcheck test-python \
 	test-python-unit test-python-full test-conformance test-conformance-tdb test-conformance-scylla test-conformance-servers test-smb test-cluster \
-	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full test-torture-persistent \
+	test-conformance-proxy test-fuzz-proxy test-torture test-torture-matrix test-torture-matrix-full \
+	test-torture-matrix-long test-torture-persistent \
 	test-torture-scylla test-fresh test-trixie test-trixie-core test-sid test-sid-core test-core test-conformance-core \
 	test-torture-core test-full bench-fdb-model demo bench bench-ca bench-ca-cluster bench-bridge bench-smb bench-memory-proxy \
 	bench-etcd bench-rados bench-cassandra bench-zookeeper bench-cluster bench-elastic soak-etcd server-etcd server-ceph \
@@ -292,7 +293,7 @@ test-fast: all venv-scylla ## make test without the smbtorture matrix
 # everything in `make test`, the fresh roots, smbtorture on the node-cache
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
-TEST_FULL := test test-fresh test-deb test-trixie test-sid test-torture-matrix-full test-torture-scylla \
+TEST_FULL := test test-fresh test-deb test-trixie test-sid test-torture-matrix-full test-torture-matrix-long test-torture-scylla \
 	test-conformance-proxy test-conformance-scylla test-python-full test-fuzz-proxy test-cluster test-sid-cluster
 test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
@@ -488,13 +489,24 @@ test-smb: all ## the installed smbd and Samba's tools through the preload
 
 # smbtorture's smb2 suites on `make test`'s bridge configurations, each
 # against one native run of every suite, $(TORTURE_PARALLEL) smbtorture runs
-# at a time (the runs mostly wait on smbd's timers): tdb, etcd without and
-# with the node cache, rados, cassandra, the model of FoundationDB (not
-# FoundationDB, which cannot run here), and tdb in proxy mode. Each starts
-# its throwaway server.
-TORTURE_CONFIGS := tdb etcd etcd,node_cache=yes rados cassandra fdb,fdb_library=model tdb,transport=proxy
+# at a time (the runs mostly wait on smbd's timers): tdb, etcd with the node
+# cache, rados and tdb in proxy mode run every suite; etcd without the node
+# cache, cassandra and the model of FoundationDB (not FoundationDB, which
+# cannot run here) leave out the three longest suites (smb2.oplock,
+# smb2.lease, smb2.durable-open: 3 to 25 times native's time there, and
+# most of the matrix's; smbtorture.LONG_SUITES gives the figures), which
+# test-torture-matrix-long runs on them in make test-full. Each
+# configuration starts its throwaway server.
+TORTURE_CONFIGS := tdb etcd,node_cache=yes rados tdb,transport=proxy
+TORTURE_CONFIGS_SHORT := etcd cassandra fdb,fdb_library=model
 test-torture-matrix: all ## smbtorture's smb2 suites, every adapter against native
-	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS))
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS)) \
+		$(addprefix --config-short ,$(TORTURE_CONFIGS_SHORT))
+
+# The suites test-torture-matrix leaves out on its slowest configurations (make test-full).
+test-torture-matrix-long: all ## smbtorture's three longest suites on etcd, cassandra and the fdb model (make test-full)
+	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) \
+		--suite smb2.oplock --suite smb2.lease --suite smb2.durable-open $(addprefix --config ,$(TORTURE_CONFIGS_SHORT))
 
 # The node-cache and proxy configurations `make test` leaves out (make test-full).
 TORTURE_CONFIGS_FULL := etcd,node_cache=write-through sqlite_leased,node_cache=yes rados,node_cache=yes \

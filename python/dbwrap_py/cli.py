@@ -310,7 +310,7 @@ def _cmd_torture(args: argparse.Namespace) -> int:
     from dbwrap_py import smbtorture
 
     try:
-        configurations = torture_configurations(args.config, args.adapter, args.option)
+        configurations = torture_configurations(args.config + args.config_short, args.adapter, args.option)
     except ValueError as exc:
         print(f"dbwrap-py torture: {exc}", file=sys.stderr)
         return 2
@@ -318,7 +318,9 @@ def _cmd_torture(args: argparse.Namespace) -> int:
         setups = [smbtorture.setup_for("bridge", adapter, stack.enter_context(backend_options(adapter, options)),
                                        persistent_handles=args.persistent_handles)
                   for adapter, options in configurations]
-        return _compare_torture(args, setups)
+        short = len(configurations) - len(args.config_short)  # the --config-short ones come last
+        left_out = [smbtorture.LONG_SUITES if n >= short else () for n in range(len(setups))]
+        return _compare_torture(args, setups, left_out)
 
 
 def torture_configurations(configs: Sequence[str], adapter: str,
@@ -337,7 +339,8 @@ def torture_configurations(configs: Sequence[str], adapter: str,
     return parsed
 
 
-def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -> int:
+def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"],
+                     left_out: Sequence[Sequence[str]]) -> int:
     from dbwrap_py import smbtorture
     from dbwrap_py.bench.targets import display_name
 
@@ -345,9 +348,11 @@ def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -
                                 else smbtorture.SUITES)
     # fdb (model) says so; a column per setup, named in the legend
     names = [_torture_name(display_name(s.adapter, s.adapter_options), s.adapter_options) for s in setups]
+    skipped = [[suite for suite in suites if suite in skip] for skip in left_out]
+    shown = [name + (f" (leaves out {', '.join(gone)})" if gone else "") for name, gone in zip(names, skipped)]
     labels = names if len(setups) == 1 else [f"[{n}]" for n in range(1, len(setups) + 1)]
     if len(setups) > 1:
-        print(*(f"{label} {name}" for label, name in zip(labels, names)), sep="\n")
+        print(*(f"{label} {name}" for label, name in zip(labels, shown)), sep="\n")
     print(f"{len(suites)} suites, {args.parallel} smbtorture runs at a time; "
           "* failed once through the bridge and passed on retry, ! a regression", flush=True)
 
@@ -356,13 +361,12 @@ def _compare_torture(args: argparse.Namespace, setups: Sequence["SambaSetup"]) -
 
     native = smbtorture.setup_for("native", persistent_handles=args.persistent_handles)
     rows = smbtorture.compare_matrix(suites, setups, parallel=args.parallel, progress=show,
-                                     native_setup=native)
-    native_ok = sum(r == "success" for row in rows for r in row[0].native.results.values())
+                                     native_setup=native, left_out=left_out)
     failed = False
     print()
-    for column, (label, name) in enumerate(zip(labels, names)):
+    for column, (label, name) in enumerate(zip(labels, shown)):
         comparisons = [row[column] for row in rows]
-        failed |= _torture_summary(label if len(setups) > 1 else "", name, native_ok, comparisons)
+        failed |= _torture_summary(label if len(setups) > 1 else "", name, comparisons)
     for name, why in smbtorture.EXCLUDED.items():
         print(f"excluded: {name}: {why}")
     for row in rows:
@@ -382,8 +386,10 @@ def _torture_name(label: str, options: Mapping[str, str]) -> str:
     return f"bridge+{label} {shown}".rstrip()
 
 
-def _torture_summary(label: str, name: str, native_ok: int, comparisons: Sequence["Comparison"]) -> bool:
-    """One setup's totals; True when it has a regression."""
+def _torture_summary(label: str, name: str, comparisons: Sequence["Comparison"]) -> bool:
+    """One setup's totals, over the suites it ran; True when it has a regression."""
+    comparisons = [c for c in comparisons if not c.left_out]
+    native_ok = sum(r == "success" for c in comparisons for r in c.native.results.values())
     bridge_ok = sum(r == "success" for c in comparisons for r in c.bridge.results.values())
     regressions = [f"{c.suite}.{n}" for c in comparisons for n in c.regressions]
     flaky = [f"{c.suite}.{n}" for c in comparisons for n in c.flaky]
@@ -948,6 +954,9 @@ def build_parser() -> argparse.ArgumentParser:
     torture.add_argument("--config", action="append", default=[], metavar="ADAPTER[,K=V...]",
                          help="a bridge configuration (repeatable), each compared with one native run"
                               " of every suite; instead of --adapter and -o")
+    torture.add_argument("--config-short", action="append", default=[], metavar="ADAPTER[,K=V...]",
+                         help="as --config, leaving out the three longest suites"
+                              " (smb2.oplock, smb2.lease, smb2.durable-open): for slow backends")
     torture.add_argument("--parallel", type=int, default=2, metavar="N",
                          help="smbtorture runs at a time, native and bridge together (default 2)")
     torture.add_argument("--persistent-handles", action="store_true",

@@ -135,3 +135,31 @@ def test_configurations_from_config_or_adapter_and_options() -> None:
             torture_configurations(bad, "tdb", [])
     with pytest.raises(ValueError, match="not both"):
         torture_configurations(["etcd"], "tdb", ["node_cache=yes"])
+
+
+def test_a_short_configuration_leaves_its_suites_out_unjudged(scripted: ScriptedRuns) -> None:
+    """--config-short: the suites a setup leaves out are not run on it, not
+    judged (the broken setup fails every suite it does run), and the table
+    says not-run; the others still run on every setup."""
+    suites = ["smb2.one", "smb2.lease"]
+    rows = compare_matrix(suites, [bridge("tdb"), bridge("broken")], parallel=3,
+                          left_out=[(), ("smb2.lease",)])
+    bridge_runs = sorted((suite, adapter) for suite, mode, adapter in scripted.calls
+                         if mode == "bridge" and suite.count(".") == 1)
+    assert bridge_runs == [("smb2.lease", "tdb"), ("smb2.one", "broken"), ("smb2.one", "tdb")]
+    one, lease = rows
+    assert one[1].regressions == ["b"] and not one[1].left_out
+    assert lease[1].left_out and (lease[1].regressions, lease[1].flaky) == ([], [])
+    lines = suite_table(lease, ["[1]", "[2]"])
+    assert lines[0] == "smb2.lease: native 0s, [1] 0s, [2] left out"
+    assert next(line for line in lines if line.startswith("smb2.lease.a ")).split()[1:] == [
+        "success", "success", "not-run"]
+
+
+def test_a_flake_shows_the_first_runs_cause() -> None:
+    native = SuiteRun("smb2.x", "native", results={"a": "success"})
+    first = SuiteRun("smb2.x", "bridge", results={"a": "failure"}, returncode=1,
+                     cause=["smbd: cassandra: fetch_locked: Timeout"])
+    lines = suite_table([Comparison("smb2.x", native, first, flaky=["a"])], ["[1]"])
+    assert "  [1] smb2.x: 1 subtests failed in the first run and passed on retry; that run's cause:" in lines
+    assert lines[-1].strip() == "smbd: cassandra: fetch_locked: Timeout"

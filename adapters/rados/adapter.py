@@ -8,9 +8,11 @@ so a transaction's commit is one atomic write op). Entries, locks and the
 write ops: ``records.py``. Record locks (dbwrap_py.leased builds lock, put,
 unlock on these) are cls_locks judged on the OSD's clock; every locked write
 asserts its lock in the same op; waiters: ``waits.py``. TDB_CLEAR_IF_FIRST:
-``openers.py``. Node cache (``node_cache = yes``, volatile databases):
-``ownership.py``; a record lock is refused while a live node owns the record,
-and that node is asked to hand it over. docs/adapters/rados.md tells why.
+the openers service (``dbwrap_py.openers``) on ``openers.py``, an opener's
+registration its watch on the meta object. Node cache (``node_cache =
+yes``, volatile databases): ``ownership.py``; a record lock is refused while
+a live node owns the record, and that node is asked to hand it over.
+docs/adapters/rados.md tells why.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import rados
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, TDB_SEQNUM, Capabilities, DatabaseSpec
 from dbwrap_py.adapters.rados import client as rc
-from dbwrap_py.adapters.rados import nodestore, openers, records
+from dbwrap_py.adapters.rados import nodestore, records
 from dbwrap_py.adapters.rados import ownership as owning
+from dbwrap_py.adapters.rados.openers import RadosOpeners
 from dbwrap_py.adapters.rados.records import DEFAULT_OBJECTS, MAX_VALUE_SIZE, TRANSACTION_LOCK
 from dbwrap_py.adapters.rados.waits import MAX_WAIT_POLL, Waits
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.leased import KEEP, LEASE_OPTIONS, PREFIX, Keep, LeaseSource
 from dbwrap_py.nodecache.layout import BUCKETS
+from dbwrap_py.openers import OPENERS, Registration
 from dbwrap_py.options import Option, Options
 from dbwrap_py.retry import Backoff
 from dbwrap_py.transactions import TransactionalLeasedAdapter, Writes
@@ -68,9 +72,9 @@ class RadosAdapter(TransactionalLeasedAdapter):
         self.ops = rc.Ops(self.config)
         self._bump_seqnum = spec.persistent is False and bool(spec.tdb_flags & TDB_SEQNUM)
         self._waits = Waits(self.ops)
-        self._opener_watch: object | None = None
-        if not spec.persistent:
-            self._open_volatile()
+        self._registration: Registration | None = None  # this opener's, in dbwrap_py.openers
+        if not spec.persistent:  # the first opener wipes it (TDB_CLEAR_IF_FIRST; openers.py)
+            self._registration = OPENERS.open(RadosOpeners(self), bool(spec.tdb_flags & TDB_CLEAR_IF_FIRST))
 
     # -- where things are ---------------------------------------------------------
 
@@ -235,16 +239,7 @@ class RadosAdapter(TransactionalLeasedAdapter):
         self._write(self.all_oids()[0], lambda op: (records.assert_locked(op, TRANSACTION_LOCK, token),
                                                     records.unlock(op, TRANSACTION_LOCK)), "cancel")
 
-    # -- opening a volatile database (openers.py) -------------------------------------------
-
-    def _open_volatile(self) -> None:
-        """Wipe if nobody else has it open (TDB_CLEAR_IF_FIRST), then join the openers."""
-        with openers.open_lock(self.ops, self.meta_oid, self.op_timeout):
-            self.objects, self.epoch = openers.read_meta(self.ops, self.meta_oid, self.objects)
-            if self.spec.tdb_flags & TDB_CLEAR_IF_FIRST and not openers.others_open(self.ops, self.meta_oid):
-                self.wipe()
-                self.epoch = openers.next_epoch(self.ops, self.meta_oid, self.epoch)
-            self._opener_watch = openers.watch(self.ops, self.meta_oid)
+    # -- TDB_CLEAR_IF_FIRST's wipes (openers.py) --------------------------------------------
 
     @property
     def wipe_revision(self) -> int:
@@ -257,15 +252,17 @@ class RadosAdapter(TransactionalLeasedAdapter):
         super().after_fork()
         # The parent's watches and notifies live in its client: dropping them
         # here would unwatch through it and hang, so they are kept, untouched.
-        rc.CLIENTS.inherited.append((self._waits, self._opener_watch))
+        rc.CLIENTS.inherited.append((self._waits, self._registration))
         self._waits = Waits(self.ops)
-        self._opener_watch = None
+        self._registration = None  # the parent's (dbwrap_py.openers leaves it to the parent)
 
     def close(self) -> None:
         if rc.CLIENTS.pid != os.getpid():
             return  # an inherited client's watches are not ours to touch
-        self._waits.close(self._opener_watch)
-        self._opener_watch = None
+        self._waits.close()
+        if self._registration is not None:
+            OPENERS.leave(self._registration)  # closes the opener's watch
+            self._registration = None
 
     # -- the node cache (dbwrap_py.nodecache.protocol) ----------------------------------------
 

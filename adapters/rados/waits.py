@@ -62,12 +62,11 @@ class Waits:
         with rc.translated("watch"):
             self.watches[oid] = self.ops.io.watch(oid, notified, timeout=30)
 
-    def close(self, *others: object | None) -> None:
-        """Close the watches, then ``others`` (in the process whose client made them)."""
-        for watch in [*self.watches.values(), *others]:
-            if watch is not None:
-                try:
-                    watch.close()
-                except rados.Error:
-                    pass  # the cluster drops a dead watch itself
+    def close(self) -> None:
+        """Close the watches (in the process whose client made them)."""
+        for watch in self.watches.values():
+            try:
+                watch.close()
+            except rados.Error:
+                pass  # the cluster drops a dead watch itself
         self.watches.clear()

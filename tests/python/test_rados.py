@@ -282,3 +282,22 @@ def test_a_child_never_frees_the_parents_watches(ceph, tmp_path):
     finally:
         gc.enable()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status} (hung?)"
+
+
+def test_a_dropped_volatile_database_is_freed_at_once(ceph, tmp_path):
+    """Its opener registration (dbwrap_py.openers, openers.py) makes no
+    reference cycle: a dropped adapter's opener watch closes then, not
+    whenever the cycle collector runs (with the cluster gone, it timed out
+    unwatching)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        db = open_db(ceph, tmp_path)
+        OPENED.remove(db)
+        dropped = weakref.ref(db)
+        del db
+        assert dropped() is None, "the adapter is cyclic garbage"
+    finally:
+        gc.enable()

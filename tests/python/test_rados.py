@@ -124,6 +124,12 @@ def test_a_waiter_wakes_by_notify_when_the_holder_lets_go(ceph, tmp_path):
     assert taken.wait(5)
     thread.join()
     oid = waiter.oid_of(b"busy")
+    # the flag was set before the release, so the holder notified; the
+    # waiter's retry right after flagging itself may have taken the lock
+    # before that notify arrived (a helper's run saw it once), so wait for it
+    deadline = time.monotonic() + 5
+    while waiter._waits.generation.get(oid, 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert waiter._waits.generation.get(oid, 0) >= 1, "the waiter never saw a notify"
     assert waiter.get(b"busy") == b"handed over"
     waiter.unlock(b"busy")

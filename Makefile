@@ -400,6 +400,9 @@ test-conformance-tdb: all ## the conformance tables for tdb and memory (no serve
 	$(VPY) -m dbwrap_py.cli check tdb
 	$(VPY) -m dbwrap_py.cli check memory
 
+# pytest conformance/tests runs serially: 109-131 s, measured on a shared
+# 2-core machine. With 4 pytest-xdist workers it took 51-96 s, but under
+# that load timed checks came out wrong (docs/tests.md, make test-conformance).
 test-conformance-local: all ## conformance: sqlite_leased with the node cache, tdb via the proxy, pytest conformance/tests
 	$(VPY) -m dbwrap_py.cli check sqlite_leased -o node_cache=yes
 	$(VPY) -m dbwrap_py.cli check tdb -o transport=proxy

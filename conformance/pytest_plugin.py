@@ -15,6 +15,10 @@ The package registers this module as a pytest plugin, which adds two
 command-line options, so one test file can run against a real deployment:
 
     pytest --dbwrap-option endpoints=10.0.0.5:2379 [--dbwrap-adapter NAME]
+
+Under pytest-xdist with ``--dist loadgroup``, one conformance_tests()'s
+checks share an ``xdist_group``, so its suite runs once, on one worker,
+beside the other adapters' suites on the other workers.
 """
 
 from __future__ import annotations
@@ -36,6 +40,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "an endpoint here means no throwaway server")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers the mark itself; without it the mark does nothing
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's --dist loadgroup "
+                                       "runs the tests of one group on one worker")
+
+
+def _group(adapter: str | None, options: Mapping[str, str] | None, pythonpath: Sequence[str]) -> str:
+    """One name per suite run: its checks on one worker, which runs it once."""
+    given = ",".join(f"{k}={v}" for k, v in sorted((options or {}).items()))
+    return f"conformance:{adapter or 'native'}:{given}:{':'.join(pythonpath)}"
+
+
 def _suite(adapter: str | None, options: Mapping[str, str], pythonpath: Sequence[str]) -> SuiteRun:
     key = (adapter, tuple(sorted(options.items())), tuple(pythonpath))
     if key not in _runs:
@@ -54,6 +70,7 @@ def conformance_tests(
     """
     names = [name for name, _ in list_checks()]
 
+    @pytest.mark.xdist_group(_group(adapter, options, pythonpath))
     @pytest.mark.parametrize("check", names)
     def test_conformance(check: str, request: pytest.FixtureRequest) -> None:
         chosen = request.config.getoption("--dbwrap-adapter", None) or adapter

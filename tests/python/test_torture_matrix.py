@@ -163,3 +163,15 @@ def test_a_flake_shows_the_first_runs_cause() -> None:
     lines = suite_table([Comparison("smb2.x", native, first, flaky=["a"])], ["[1]"])
     assert "  [1] smb2.x: 1 subtests failed in the first run and passed on retry; that run's cause:" in lines
     assert lines[-1].strip() == "smbd: cassandra: fetch_locked: Timeout"
+
+
+def test_a_left_out_suite_takes_no_worker(scripted: ScriptedRuns) -> None:
+    """Three workers, two setups that leave every suite out and one that
+    runs them: the two natives and a bridge run go at once (a left-out
+    suite holding a worker until its native run ended kept the matrix
+    narrow while its longest suites ran)."""
+    short = bridge("broken")
+    rows = compare_matrix(["smb2.one", "smb2.two"], [short, short, bridge("tdb")], parallel=3,
+                          left_out=[("smb2.one", "smb2.two")] * 2 + [()])
+    assert scripted.most == 3
+    assert [[c.left_out for c in row] for row in rows] == [[True, True, False]] * 2

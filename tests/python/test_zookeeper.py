@@ -19,7 +19,6 @@ from kazoo.client import KazooClient
 
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
 from dbwrap_py.adapters.zookeeper.nodestore import ZkNodeStore
-from dbwrap_py.conformance.pytest_plugin import conformance_tests
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
 from dbwrap_py.options import Options
@@ -226,10 +225,6 @@ def test_each_wipe_numbers_a_new_generation_above_the_last_ones_tokens(zk, tmp_p
     db = volatile()  # the first opener again: a wipe
     assert 0 < first < token < db.adapter.wipe_revision < db.adapter.ownership().new_token()
     db.close()
-
-
-#: the conformance suite through the pytest plugin, on a throwaway server of its own
-test_conformance = conformance_tests("zookeeper", {"session_timeout": "2"})
 
 
 def test_a_close_with_no_answer_raises_nothing(tmp_path):

@@ -7,12 +7,11 @@ lock in one multi, checked by every write under it), ``s`` the seqnum (its
 mzxid), ``t`` the transaction lock (``transactions.py``). Kazoo plumbing:
 ``client.py``. The node cache (volatile databases): ``ownership.py``; a
 record lock here is refused while a node owns the record, and that node is
-asked to hand it over.
+asked to hand it over. TDB_CLEAR_IF_FIRST's openers: ``openers.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterator, Mapping
 
@@ -20,9 +19,11 @@ from dbwrap_py.adapter import Capabilities, DatabaseSpec
 from dbwrap_py.adapters.zookeeper import nodestore
 from dbwrap_py.adapters.zookeeper import ownership as nodes
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, let_go, session_for
+from dbwrap_py.adapters.zookeeper.openers import open_root
 from dbwrap_py.adapters.zookeeper.transactions import TransactionSteps
-from dbwrap_py.errors import ConfigError, Timeout, Unavailable
+from dbwrap_py.errors import ConfigError
 from dbwrap_py.leased import KEEP, OP_TIMEOUT, PREFIX, Keep, LeaseSource
+from dbwrap_py.openers import OPENERS, Registration
 from dbwrap_py.options import Option, Options
 from dbwrap_py.transactions import TransactionalLeasedAdapter
 
@@ -58,13 +59,13 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
         self.node_cache_id = spec.cluster_name.encode()
         self.capabilities = self.declared_capabilities(options)
         self._zk: Session | None = None
-        self._opener = ""
+        self._registration: Registration | None = None  # this opener's, in dbwrap_py.openers
         self._connect(may_wipe=True)
 
     def _connect(self, may_wipe: bool) -> Session:
         session = session_for(self.config)
         try:
-            self.root, self._opener = session.open_root(self.base, self.spec.persistent, may_wipe)
+            self.root, self._registration = open_root(session, self.base, self.spec.persistent, may_wipe)
             self.seq, self.wipe_revision = f"{self.root}/s", nodes.wipe_revision(self.root)
         except BaseException:
             let_go(session)
@@ -133,14 +134,13 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self._zk, self._opener = None, ""  # the parent's
+        self._zk, self._registration = None, None  # the parent's (dbwrap_py.openers leaves it to the parent)
 
     def close(self) -> None:
         if self._zk is not None:
-            # the opener znode is ephemeral: if no answer comes, it goes with the session
-            with contextlib.suppress(Unavailable, Timeout):
-                if self._opener:
-                    self._zk.multi([("delete", self._opener)])
+            if self._registration is not None:  # a failed delete is logged: it goes with the session
+                OPENERS.leave(self._registration)
+                self._registration = None
             let_go(self._zk)
             self._zk = None
 

@@ -14,8 +14,8 @@
 * ``create_all``: a multi that takes locks, refused if one is taken.
 * ``write``: a fenced write of one record, its existence guessed;
   ``let_go_if_lost``: a lock whose take or release had its answer lost goes.
-* ``open_root``: where a database's znodes live, and for a volatile one
-  the CLEAR_IF_FIRST opener test (a new generation), in one multi.
+* ``get_versioned``, ``ensure``, ``remove_tree``: what a volatile
+  database's openers (``openers.py``) ask beyond ``multi``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -67,12 +66,6 @@ def record_ops(path: str, value: bytes | None, present: bool) -> list[Op]:
     if value is None:
         return [("delete", path)] if present else []
     return [("set", path, value)] if present else [("create", path, value, False)]
-
-
-def next_generation(data: bytes | None) -> str:
-    """The generation after ``data``'s (``g<n>``; counted from 1)."""
-    number = (data or b"")[1:]
-    return f"g{int(number) + 1 if number.isdigit() and len(number) < 9 else 1}"
 
 
 def until(done: Callable[[], bool], seconds: float, nonblock: bool, what: str) -> None:
@@ -130,6 +123,12 @@ class Session:
         pending = [self.client.get_async(p) for p in paths]
         replies = [self._wait(reply, f"get {path}") for path, reply in zip(paths, pending)]
         return [None if reply is None else reply[0] for reply in replies]
+
+    def get_versioned(self, path: str) -> tuple[bytes | None, int]:
+        """A znode's data and version (missing: None and -1)."""
+        self.round_trips += 1
+        reply = self._wait(self.client.get_async(path), f"get {path}")
+        return (None, -1) if reply is None else (reply[0], reply[1].version)
 
     def stat(self, path: str, timeout: float | None = None) -> Any:
         self.round_trips += 1
@@ -243,38 +242,6 @@ class Session:
         for path in paths:
             with self._mapped(f"ensure {path}"):
                 self.client.ensure_path_async(path).get(timeout=self.config.op_timeout)
-
-    def open_root(self, base: str, persistent: bool, may_wipe: bool) -> tuple[str, str]:
-        """(the folder a database's znodes live in, our opener znode or "").
-        A persistent database's is ``base/p``. A volatile one's is a
-        generation, ``base/g<n>``, named in ``base/o``'s data (``n``: one
-        more than the generation before): the first
-        opener (``may_wipe`` and no other) starts a new one, which is
-        TDB_CLEAR_IF_FIRST's wipe, and removes the old ones."""
-        opener, generation = "", "p"
-        if not persistent:
-            self.ensure(base + "/o")
-            generation, opener = self._join(base + "/o", may_wipe)
-        root = f"{base}/{generation}"
-        self.ensure(*(f"{root}/{folder}" for folder in "dlfs"))
-        if may_wipe and not persistent:
-            for old in set(self.children(base)) - {"o", generation}:
-                self.remove_tree(f"{base}/{old}")
-        return root, opener
-
-    def _join(self, openers: str, may_wipe: bool) -> tuple[str, str]:
-        """Register an opener (an ephemeral znode under ``openers``); (the
-        current generation, our opener). Each registration rewrites
-        ``openers``' data on the version it read, so a first opener's new
-        generation is one atomic step, and a race just tries again."""
-        me = f"{openers}/{os.getpid()}.{secrets.token_hex(6)}"
-        for _ in retry_until(time.monotonic() + self.config.op_timeout):
-            data, stat = self._wait(self.client.get_async(openers), f"get {openers}")
-            fresh = may_wipe and not self.children(openers)
-            generation = next_generation(data) if fresh or not data else data.decode()
-            if self.multi([("set", openers, generation.encode(), stat.version), ("create", me, b"", True)]) is None:
-                return generation, me
-        raise Timeout(f"zookeeper: could not join the openers of {openers} within {self.config.op_timeout:g} s")
 
     def remove_tree(self, path: str) -> None:
         """Delete ``path`` and everything under it, best effort (an old generation)."""

@@ -160,6 +160,44 @@ def test_first_opener_of_a_volatile_database_empties_it(zk, tmp_path):
     assert volatile().fetch(b"k") is None  # no opener left: a new generation
 
 
+def test_a_forked_child_opens_as_an_opener_of_its_own_and_leaves_only_its_own(zk, tmp_path):
+    """The openers service's fork rule on zookeeper (openers.py): the child's
+    first use joins with an opener znode of its own session, never a wipe;
+    its close deletes that one and leaves the parent's alone."""
+    db = open_database(str(tmp_path / "forked.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0, "zookeeper",
+                       [f"hosts={zk.hosts}", f"session_timeout={SESSION}"])
+    openers = f"{db.adapter.base}/o"
+    store(db, b"k", b"parent")
+    parents = db.adapter.zk.children(openers)
+    assert len(parents) == 1
+
+    def child(_fd: int) -> list[str]:
+        store(db, b"c", b"child")  # first use in the child: its own session and opener
+        during = db.adapter.zk.children(openers)
+        db.close()
+        return during
+
+    during = read_result(*in_child(child))
+    assert len(during) == 2 and set(parents) < set(during), during
+    assert db.adapter.zk.children(openers) == parents, "the child's close leaves the parent's opener"
+    assert (db.fetch(b"k"), db.fetch(b"c")) == (b"parent", b"child"), "the child's open wiped nothing"
+    db.close()
+
+
+def test_a_close_deletes_its_opener_while_the_session_lives_on(zk, tmp_path):
+    """Two openers of one process share its session: a close (the openers
+    service's leave) deletes its own opener znode, not the session's others."""
+    first, second = (open_database(str(tmp_path / "shared.tdb"), 0, TDB_CLEAR_IF_FIRST, RW, 0o600, 0, 0,
+                                   "zookeeper", [f"hosts={zk.hosts}", f"session_timeout={SESSION}"])
+                     for _ in range(2))
+    openers = f"{first.adapter.base}/o"
+    assert first.adapter.zk is second.adapter.zk
+    assert len(first.adapter.zk.children(openers)) == 2
+    second.close()
+    assert len(first.adapter.zk.children(openers)) == 1
+    first.close()
+
+
 def steal_transaction_lock(hosts: str, root: str) -> None:
     client = KazooClient(hosts=hosts)
     client.start(timeout=10)

@@ -424,8 +424,13 @@ def test_the_keeper_lets_the_opener_key_go_when_its_process_dies(cluster_file: P
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         keeper = int(opener.stdout.readline())
+        started = time.monotonic()
         probe = open_fdb(cluster_file, name)  # joins too: two openers now
-        assert len(openers(cluster_file, probe)) == 2
+        # a make test (python-servers, 4 workers) once found one: say whether
+        # the probe wiped (it saw no live opener: a renewal late by 10 s?)
+        found = openers(cluster_file, probe)
+        assert len(found) == 2, (f"openers {found}; the probe's open took {time.monotonic() - started:.2f} s "
+                                 f"and its wipe revision is {probe.adapter.wipe_revision}")
         opener.kill()  # no close: the keeper must notice on its own
         opener.wait()
         deadline = time.monotonic() + 5  # well under the 10 s the key would take to expire

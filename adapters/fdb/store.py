@@ -129,7 +129,9 @@ class FdbStore:
         self.openers = base + b"o"
         self.db_name = db_name
         self.nodes = nodekeys.NodeKeys(prefix, base)
-        self.round_trips = 0  # transactions run (the node cache's tests count them)
+        #: transactions run for callers (the node cache's tests count them);
+        #: the opener key's renewals, from a thread of their own, are not
+        self.round_trips = 0
         self.owner = secrets.token_bytes(16)  # this process's id for receipts and openers
         self.receipt = base + b"r" + self.owner
         self.wipe_key = base + b"w"
@@ -146,12 +148,12 @@ class FdbStore:
 
     # -- the retry loop ----------------------------------------------------
 
-    def run(self, what: str, body: Callable[[Any, bool], T]) -> T:
+    def run(self, what: str, body: Callable[[Any, bool], T], counted: bool = True) -> T:
         """``body(tr, after_unknown)`` in a transaction, committed, retried
         through ``on_error`` (which gives up per the retry limit and the
         timeout). ``after_unknown``: an earlier attempt got 1021, so it may
-        have been applied."""
-        self.round_trips += 1
+        have been applied. ``counted``: add it to round_trips."""
+        self.round_trips += counted
         tr = self.db.create_transaction()
         after_unknown = False
         while True:
@@ -497,7 +499,7 @@ class FdbStore:
             if value_of(tr.get(self.openers + self.owner)) is not None:  # not after close() cleared it
                 self._set_opener(tr, tr.get_read_version().wait())
 
-        self.run("opener renewal", body)
+        self.run("opener renewal", body, counted=False)
 
     def keep_renewing(self) -> None:
         """Renew this process's opener key from a thread of its own while it lives."""

@@ -245,6 +245,21 @@ def test_a_renewed_lease_keeps_the_lock_past_its_time(cluster_file: Path, tmp_pa
                                   contend_for=0.15)
 
 
+def test_the_opener_keys_renewals_are_not_counted_as_the_callers_round_trips(cluster_file: Path,
+                                                                           tmp_path: Path) -> None:
+    """round_trips counts what callers ran: the node cache's tests compare
+    it before and after one operation, and a renewal from the opener's own
+    thread in between made a traverse look one transaction dearer."""
+    db = open_fdb(cluster_file, str(tmp_path / "renewed.tdb"))
+    assert db.fetch(b"k") is None  # the store opens lazily
+    before = db.adapter.round_trips
+    db.adapter._store.renew_opener()
+    assert db.adapter.round_trips == before
+    assert db.fetch(b"k") is None
+    assert db.adapter.round_trips == before + 1
+    db.close()
+
+
 def test_a_traverse_longer_than_the_transaction_limit_pages_across_transactions(
         cluster_file: Path, tmp_path: Path) -> None:
     db = open_fdb(cluster_file, str(tmp_path / "long.tdb"), extra=("page_size=3",))

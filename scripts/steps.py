@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Run make targets as timed steps, in lanes side by side, and end with a
-table of each step's wall time (make test, make check).
+table of each step's wall time and CPU time (make test, make check).
 
     scripts/steps.py [--title NAME] [--logs DIR] [--then TARGETS] LANE [LANE ...]
 
@@ -12,6 +12,10 @@ output of steps running side by side never interleaves. A failed step does
 not stop the others: every step runs, the table shows each result, and the
 exit status is 1 if any failed. Ctrl-C or SIGTERM ends every running step's
 process group by its PID.
+
+A step's CPU time is its make's and every process under it that was waited
+for (os.wait4); the last line says how busy the machine's CPUs were over the
+run (/proc/stat), which tells a step that waits from one that competes.
 
 Standard library only: it runs before the venv exists.
 """
@@ -38,6 +42,7 @@ class Step:
     lane: int
     start: float = 0.0
     wall: float = 0.0
+    cpu: float = 0.0
     returncode: int | None = None
     log: Path | None = None
 
@@ -59,6 +64,7 @@ class Runner:
         self.running: dict[str, subprocess.Popen] = {}
         self.stopping = False
         self.t0 = time.monotonic()
+        self.cpu0 = machine_cpu()
 
     def say(self, text: str) -> None:
         with self.print_lock:
@@ -80,12 +86,14 @@ class Runner:
                 ["make", "--no-print-directory", step.target], stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             self.running[step.target] = process
-            step.returncode = process.wait()
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = step.returncode = os.waitstatus_to_exitcode(status)
+            step.cpu = usage.ru_utime + usage.ru_stime
             self.running.pop(step.target, None)
         step.wall = time.monotonic() - self.t0 - step.start
         text = step.log.read_text(errors="replace")
         self.say(f"---- {step.target} (lane {step.lane}): its output ----\n{text}"
-                 f"<== {self.title}: {step.target} {step.state} in {step.wall:.0f} s")
+                 f"<== {self.title}: {step.target} {step.state} in {step.wall:.0f} s ({step.cpu:.0f} CPU s)")
 
     def on_sigterm(self, signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -122,11 +130,15 @@ class Runner:
         total = time.monotonic() - self.t0
         failed = [s for s in steps if s.returncode not in (0, None)]
         after = f", then {len(self.then)} alone (lane 0)" if self.then else ""
-        lines = ["", f"{self.title}: each step's wall time ({len(self.lanes)} lanes side by side{after})",
-                 f"  {'step':<28} {'lane':>4} {'start s':>8} {'wall s':>8}  result"]
+        lines = ["", f"{self.title}: each step's wall and CPU time ({len(self.lanes)} lanes side by side{after})",
+                 f"  {'step':<28} {'lane':>4} {'start s':>8} {'wall s':>8} {'CPU s':>7}  result"]
         for step in sorted(steps, key=lambda s: (s.returncode is None, s.start)):
-            lines.append(f"  {step.target:<28} {step.lane:>4} {step.start:>8.0f} {step.wall:>8.0f}  {step.state}")
-        lines.append(f"  {'total':<28} {'':>4} {'':>8} {total:>8.0f}")
+            lines.append(f"  {step.target:<28} {step.lane:>4} {step.start:>8.0f} {step.wall:>8.0f} "
+                         f"{step.cpu:>7.0f}  {step.state}")
+        lines.append(f"  {'total':<28} {'':>4} {'':>8} {total:>8.0f} {sum(s.cpu for s in steps):>7.0f}")
+        busy = busy_share(self.cpu0, machine_cpu())
+        if busy is not None:
+            lines.append(f"  the machine's {os.cpu_count()} CPUs were busy {busy:.0%} of the run")
         for step in failed:
             lines.append(f"\n{step.target} failed (exit {step.returncode}); the last {TAIL_LINES} "
                          f"lines of {step.log}:")
@@ -136,6 +148,25 @@ class Runner:
         lines.append(f"steps: {passed} passed, {len(steps) - passed} failed")
         self.say("\n".join(lines))
         return 0 if passed == len(steps) else 1
+
+
+def machine_cpu() -> tuple[int, int] | None:
+    """(busy, total) jiffies of every CPU since boot, from /proc/stat's first
+    line; None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = sum(fields[3:5])  # idle, iowait
+    total = sum(fields[:8])  # user .. steal; guest time is counted in user
+    return total - idle, total
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,8 @@ slow-a:
 \t@echo a-begin; sleep 2; echo a-end
 slow-b:
 \t@echo b-begin; sleep 2; echo b-end
+spin:
+\t@timeout 1.5 sh -c 'while :; do :; done' || true
 fails:
 \t@echo about to fail; exit 3
 after:
@@ -40,7 +42,7 @@ def run_steps(tmp_path: Path, *lanes: str) -> tuple[subprocess.CompletedProcess,
 
 def table_rows(output: str) -> dict[str, list[str]]:
     rows = {}
-    for line in output.split("each step's wall time", 1)[1].splitlines()[2:]:
+    for line in output.split("each step's wall and CPU time", 1)[1].splitlines()[2:]:
         fields = line.split()
         if not fields or fields[0] == "total":  # the table ends there
             break
@@ -71,8 +73,8 @@ def test_a_failed_step_fails_the_run_names_itself_and_the_lane_goes_on(tmp_path)
     proc, _ = run_steps(tmp_path, "fails after", "slow-a")
     assert proc.returncode == 1
     rows = table_rows(proc.stdout)
-    assert rows["fails"][4:] == ["FAILED", "(exit", "2)"]  # make's status for a failed recipe
-    assert rows["after"][4] == "passed" and rows["slow-a"][4] == "passed"
+    assert rows["fails"][5:] == ["FAILED", "(exit", "2)"]  # make's status for a failed recipe
+    assert rows["after"][5] == "passed" and rows["slow-a"][5] == "passed"
     assert "fails failed (exit 2); the last" in proc.stdout and "  | about to fail" in proc.stdout
     assert proc.stdout.rstrip().endswith("steps: 2 passed, 1 failed")
 
@@ -81,6 +83,16 @@ def test_each_step_has_a_wall_time(tmp_path):
     proc, _ = run_steps(tmp_path, "slow-a after")
     rows = table_rows(proc.stdout)
     assert float(rows["slow-a"][3]) >= 2 and float(rows["after"][2]) >= 2  # after starts once slow-a ends
+
+
+def test_each_step_has_its_cpu_time_and_the_run_the_machines_busy_share(tmp_path):
+    """A step that spins a CPU shows about its wall time in CPU; one that
+    sleeps shows none (the broken example: CPU read from the wrong process)."""
+    proc, _ = run_steps(tmp_path, "spin", "slow-a")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    assert float(rows["spin"][4]) >= 1 and float(rows["slow-a"][4]) < 0.5
+    assert re.search(r"the machine's \d+ CPUs were busy \d+% of the run", proc.stdout)
 
 
 def test_make_help_names_every_target_of_the_makefile():

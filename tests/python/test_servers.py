@@ -9,7 +9,9 @@ import sys
 import threading
 import time
 
-from dbwrap_py.servers import dying_with_parent, pause_process
+import pytest
+
+from dbwrap_py.servers import JIT_VARIABLE, ServerError, dying_with_parent, jvm_jit_flags, pause_process
 
 
 def _cmd(pid: int) -> bytes:
@@ -73,6 +75,20 @@ def test_pause_returns_once_every_thread_has_stopped():
         os.kill(busy.pid, signal.SIGKILL)
         os.kill(busy.pid, signal.SIGCONT)
         busy.wait()
+
+
+def test_the_jvm_servers_jit_is_c1_only_when_quick_and_a_bad_value_is_refused(monkeypatch):
+    """Tests ask for C1 only; benchmarks, and a run that says nothing, get
+    the JVM's own tiered JIT; a typo is an error, not a silent default."""
+    monkeypatch.setenv(JIT_VARIABLE, "quick")
+    assert jvm_jit_flags() == ["-XX:TieredStopAtLevel=1"]
+    monkeypatch.setenv(JIT_VARIABLE, "full")
+    assert jvm_jit_flags() == []
+    monkeypatch.delenv(JIT_VARIABLE)
+    assert jvm_jit_flags() == []
+    monkeypatch.setenv(JIT_VARIABLE, "fast")
+    with pytest.raises(ServerError, match="quick or full"):
+        jvm_jit_flags()
 
 
 def test_backend_options_put_a_node_agent_beside_a_throwaway_store():

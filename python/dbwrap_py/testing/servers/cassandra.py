@@ -32,6 +32,9 @@ Settings chosen for tests:
 * Heap: ``-Xms256M -Xmx1G`` for one node, ``-Xms128M -Xmx512M`` each for
   three. RSS per node: 330-470 MiB once started, 520-590 MiB after a few
   thousand LWTs (run without CAP_IPC_LOCK; see _without_memory_lock).
+* The JIT: C1 only under ``DBWRAP_PY_SERVER_JIT=quick``, as the Makefile's
+  test targets run it (half the start's CPU); benchmarks keep the full JIT
+  (dbwrap_py.servers.jvm_jit_flags).
 * ``paxos_variant`` v2 (here the default; Cassandra 5.0's own is v1) or v1,
   for measuring lightweight transactions both ways.
 * ``phi_convict_threshold`` 5, the lowest Cassandra takes: the others hold
@@ -73,7 +76,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbwrap_py.servers import ServerError, dying_with_parent, pause_process, serve_until_stopped, stop_process
+from dbwrap_py.servers import (ServerError, dying_with_parent, jvm_jit_flags, pause_process, serve_until_stopped,
+                               stop_process)
 from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import LeasedHooks
 
@@ -276,7 +280,7 @@ _JVM_TEST_FLAGS = """\
 def _jvm_options(nodes: int, auth: str) -> str:
     low, high = HEAPS.get(nodes, HEAPS[3])
     text = f"-Xms{low}\n-Xmx{high}\n-Xss256k\n-XX:+ExitOnOutOfMemoryError\n"
-    text += _JVM_MODULE_FLAGS + _JVM_TEST_FLAGS
+    text += _JVM_MODULE_FLAGS + _JVM_TEST_FLAGS + "".join(f"{flag}\n" for flag in jvm_jit_flags())
     if auth == "password" and nodes > 1:
         # the roles on every node (default: one replica), so a login
         # survives a node's stop; read when system_auth is first created

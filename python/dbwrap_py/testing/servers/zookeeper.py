@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from dbwrap_py.servers import ServerError, StartStop, dying_with_parent, serve_until_stopped, stop_process
+from dbwrap_py.servers import ServerError, StartStop, dying_with_parent, jvm_jit_flags, serve_until_stopped, stop_process
 from dbwrap_py.testing.servers import log_tails
 from dbwrap_py.testing.hooks import LeasedHooks
 
@@ -258,7 +258,7 @@ class ZooKeeperServer(StartStop):
     def _spawn(self, peer: _Peer) -> None:
         assert self.java is not None
         heap = "-Xmx256m" if self.nodes == 1 else "-Xmx160m"
-        argv = [self.java, heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.jar,
+        argv = [self.java, heap, "-XX:+UseSerialGC", *jvm_jit_flags(), "-cp", self.jar,
                 MAIN if self.nodes == 1 else QUORUM_MAIN, str(peer.config)]
         with open(peer.log, "ab") as log:
             peer.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,

@@ -221,9 +221,11 @@ def compare_matrix(suites: Sequence[str], bridge_setups: Sequence[SambaSetup], p
     ``progress`` gets each suite's row, in that order, once it is judged;
     ``native_setup``: the native smbd's (default: setup_for("native"));
     ``left_out``: per setup, the suites it does not run (a Comparison
-    marked left_out stands in for each)."""
+    marked left_out stands in for each); a suite every setup leaves out is
+    not run natively either, and has no row."""
     native_setup = native_setup or setup_for("native")
     skip = list(left_out) or [()] * len(bridge_setups)
+    suites = [suite for suite in suites if not all(suite in skipped for skipped in skip)]
     # at least 2: a bridge run blocks its worker on the native run of its suite
     with ThreadPoolExecutor(max_workers=max(2, parallel)) as pool:
         natives: dict[str, Future[SuiteRun]] = {}

@@ -175,3 +175,12 @@ def test_a_left_out_suite_takes_no_worker(scripted: ScriptedRuns) -> None:
                           left_out=[("smb2.one", "smb2.two")] * 2 + [()])
     assert scripted.most == 3
     assert [[c.left_out for c in row] for row in rows] == [[True, True, False]] * 2
+
+
+def test_a_suite_every_setup_leaves_out_is_not_run_natively_either(scripted: ScriptedRuns) -> None:
+    """With only short setups (make test-core), the long suites are not run
+    at all: a native run nobody compares against is time for nothing."""
+    rows = compare_matrix(["smb2.one", "smb2.lease"], [bridge("tdb"), bridge("tdb")], parallel=3,
+                          left_out=[("smb2.lease",)] * 2)
+    assert sorted({suite for suite, _, _ in scripted.calls if suite.count(".") == 1}) == ["smb2.one"]
+    assert [row[0].suite for row in rows] == ["smb2.one"]

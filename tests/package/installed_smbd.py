@@ -264,13 +264,17 @@ def check_maps(smbd: subprocess.Popen[bytes]) -> None:
     for wanted in (preload, str(Path(preload).parent / "dbwrap_py" / "libdbwrap_py.so")):
         if wanted not in maps:
             raise Failure(f"smbd (pid {smbd.pid}) has not mapped {wanted}")
-    pids = session_pids(smbd.pid)
-    for pid in pids:
-        text = Path(f"/proc/{pid}/maps").read_text()
+    read = 0
+    for pid in session_pids(smbd.pid):
+        try:
+            text = Path(f"/proc/{pid}/maps").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a child that ended since the listing (a client's, after its logoff)
+        read += 1
         python = sorted({line.split()[-1] for line in text.splitlines() if "python" in line})
         if python:
             raise Failure(f"smbd (pid {pid}) mapped {', '.join(python)}: proxy mode carries no Python in smbd")
-    print(f"  smbd maps {preload} and its bridge; {len(pids)} processes of its session, none with Python")
+    print(f"  smbd maps {preload} and its bridge; {read} processes of its session, none with Python")
 
 
 def databases_in_etcd() -> set[str]:

@@ -2,7 +2,8 @@
 files side by side (``--dist loadgroup``), and the one Cassandra they share.
 
 Every test is in its file's group, so a file runs on one worker and its
-module-scoped server starts once. Every test that runs a Cassandra is in
+module-scoped server starts once; a file whose tests take a parametrized
+module-scoped ``backend`` has a group per backend. Every test that runs a Cassandra is in
 one group instead, one after the other on one worker: a Cassandra is a JVM
 that keeps a core busy while it starts and serves, and several at once on 2
 cores starved the node agents of their 2 s leases (measured in a make test
@@ -72,11 +73,23 @@ def _runs_cassandra(item: pytest.Item) -> bool:
     return callspec is not None and "cassandra" in callspec.params.values()
 
 
+def _group(item: pytest.Item) -> str:
+    """The test's xdist group: "cassandra"; else its file's, per backend
+    where a module-scoped ``backend`` fixture is parametrized (test_node_cache's
+    backends took 278 s on one worker, its module-scoped servers starting
+    once per backend either way)."""
+    if _runs_cassandra(item):
+        return "cassandra"
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend") if callspec is not None else None
+    return item.path.stem if backend is None else f"{item.path.stem}:{backend}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("cassandra" if _runs_cassandra(item) else item.path.stem))
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 class Keyspaced:

@@ -281,14 +281,15 @@ check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on t
 
 # Every check. Two lanes side by side: the smbtorture matrix, which mostly
 # waits on smbd's timers, and the quick steps; then, one after the other
-# with nothing beside them, memcheck, pytest's unit tests, the conformance
+# with nothing beside them, memcheck beside pytest's unit tests (valgrind
+# runs on one core and left the other idle for its 82 s), the conformance
 # tables and pytest's tests that start a server, whose leases, timeouts,
 # fuzz budgets and hand-overs are timed (with everything at once on 2 cores
 # they failed, and valgrind beside the matrix took 604 s instead of 84:
 # docs/tests.md). `all` and the scylla venv are built first, so no two
 # steps build the same thing.
 TEST_LANES := "test-torture-matrix" "test-c test-smb test-fuzz-proxy"
-TEST_THEN  := test-memcheck test-python-unit test-conformance test-python-servers
+TEST_THEN  := test-memcheck+test-python-unit test-conformance test-python-servers
 test: all venv-scylla ## every test, in lanes side by side; each step's time at the end
 	@$(STEPS) --title "make test" --logs $(RESULTS)/test --then "$(TEST_THEN)" $(TEST_LANES)
 
@@ -326,7 +327,7 @@ test-trixie: ## make demo and make test in a fresh Debian 13 root
 
 # CI's part of it: `make demo`, then `make test-core` on Debian 13.
 test-trixie-core: ## make demo and make test-core in a fresh Debian 13 root (CI)
-	@FRESH_SUITE=trixie FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
+	@FRESH_SUITE=trixie FRESH_PREPARED=1 FRESH_TARGETS="demo test-core" scripts/test-fresh.sh
 
 # Samba 4.25 (Debian sid): see scripts/fresh/registry-access.sh for the root's apt.
 test-sid: ## make demo, make test and the persistent-handle suites in a fresh Debian sid root (Samba 4.25)
@@ -339,7 +340,7 @@ test-sid-torture-failover: ## make demo and smbtorture's failover suites on the 
 	@FRESH_SUITE=sid FRESH_TARGETS="demo test-cluster-torture-failover" scripts/test-fresh.sh
 
 test-sid-core: ## make demo, make check and tests/smb in a fresh Debian sid root (Samba 4.25; CI)
-	@FRESH_SUITE=sid FRESH_TARGETS="demo check test-smb" scripts/test-fresh.sh
+	@FRESH_SUITE=sid FRESH_PREPARED=1 FRESH_TARGETS="demo check test-smb" scripts/test-fresh.sh
 
 # The core of make test, for CI on another platform (Debian 13): the C
 # suite, the unit tests, conformance for tdb and etcd, and smbtorture
@@ -503,21 +504,23 @@ test-smb: all ## the installed smbd and Samba's tools through the preload
 # smbtorture's smb2 suites on `make test`'s bridge configurations, each
 # against one native run of every suite, $(TORTURE_PARALLEL) smbtorture runs
 # at a time (the runs mostly wait on smbd's timers): tdb, etcd with the node
-# cache, rados and tdb in proxy mode run every suite; etcd without the node
+# cache and rados run every suite; tdb in proxy mode, etcd without the node
 # cache, cassandra and the model of FoundationDB (not FoundationDB, which
 # cannot run here) leave out the three longest suites (smb2.oplock,
 # smb2.lease, smb2.durable-open: 3 to 25 times native's time there, and
 # most of the matrix's; smbtorture.LONG_SUITES gives the figures), which
-# test-torture-matrix-long runs on them in make test-full. Each
-# configuration starts its throwaway server.
-TORTURE_CONFIGS := tdb etcd,node_cache=yes rados tdb,transport=proxy
-TORTURE_CONFIGS_SHORT := etcd cassandra fdb,fdb_library=model
+# test-torture-matrix-long runs on them in make test-full. Proxy mode
+# carries the same dbwrap calls as tdb in process, which runs them; its
+# three took 380 s of the matrix's runs (stop 53, where the matrix kept
+# both cores busy). Each configuration starts its throwaway server.
+TORTURE_CONFIGS := tdb etcd,node_cache=yes rados
+TORTURE_CONFIGS_SHORT := tdb,transport=proxy etcd cassandra fdb,fdb_library=model
 test-torture-matrix: all ## smbtorture's smb2 suites, every adapter against native
 	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) $(addprefix --config ,$(TORTURE_CONFIGS)) \
 		$(addprefix --config-short ,$(TORTURE_CONFIGS_SHORT))
 
 # The suites test-torture-matrix leaves out on its slowest configurations (make test-full).
-test-torture-matrix-long: all ## smbtorture's three longest suites on etcd, cassandra and the fdb model (make test-full)
+test-torture-matrix-long: all ## smbtorture's three longest suites on tdb via the proxy, etcd, cassandra and the fdb model (make test-full)
 	$(VPY) -m dbwrap_py.cli torture --parallel $(TORTURE_PARALLEL) \
 		--suite smb2.oplock --suite smb2.lease --suite smb2.durable-open $(addprefix --config ,$(TORTURE_CONFIGS_SHORT))
 

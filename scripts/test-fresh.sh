@@ -12,6 +12,9 @@
 #   FRESH_TARGETS="..."  the make targets, in order; "demo test-setup" by default;
 #                        a word VAR=value is given to make for every target after it
 #   FRESH_CACHE=0        a cold run: build the root again and replace the cache
+#   FRESH_PREPARED=1     start from the root as `make deps` left it, cached per
+#                        package list (the first run makes it): CI's Debian 13
+#                        and sid steps, which prove the platform, not the set-up
 #   FRESH_UNCOMMITTED=1  apply the uncommitted changes to tracked files too
 #   FRESH_DEB=FILE       no checkout: the root gets the .deb and tests/package/
 #                        only, and one step, "installed", runs
@@ -119,7 +122,13 @@ main() {
     [ "$(id -u)" -eq 0 ] || { echo "test-fresh: needs root (mount, chroot)" >&2; exit 1; }
     mkdir -p "$results"
     rm -f "$results"/*.log "$results/summary.txt" "$results/tested-head"
-    if [ "${FRESH_CACHE:-1}" != 0 ] && [ -s "$fresh_cache" ]; then mode=cached; else mode=cold; fi
+    if prepared_wanted && prepared_fresh; then
+        mode=prepared
+    elif [ "${FRESH_CACHE:-1}" != 0 ] && [ -s "$fresh_cache" ]; then
+        mode=cached
+    else
+        mode=cold
+    fi
     need_host_commands zstd:zstd
     trap on_exit EXIT
     trap 'exit 130' INT
@@ -133,6 +142,10 @@ main() {
     if [ -n "${FRESH_DEB:-}" ]; then
         run_step installed in_root "$root" sh /root/package/run.sh
         return 0
+    fi
+    if prepared_wanted && [ "$mode" != prepared ]; then
+        run_step deps in_root "$root" sh -c "cd ~/work/main && exec make deps"
+        run_step cache save_prepared "$root"
     fi
     local target assignments=""
     for target in $targets; do

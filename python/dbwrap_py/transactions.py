@@ -17,7 +17,8 @@ primitives, only what its store does:
   while ``token`` still holds it; False (nothing written) otherwise;
 * ``release_transaction_lock(token)``: the cancel;
 * optionally ``renew_transaction_lock(token, seconds) -> bool`` (the lock
-  is renewed while writes are buffered), ``wait_for_transaction_lock``
+  is renewed while the transaction reads, writes or commits, and by
+  keep_locks_alive), ``wait_for_transaction_lock``
   (between tries; a sleep by default), ``wait_for_record_lockers`` (once
   the lock is ours, for record locks taken before it; nothing by default)
   and ``wipe_records()``.
@@ -137,6 +138,7 @@ class TransactionalLeasedAdapter(LeasedAdapter):
 
     def get(self, key: bytes) -> bytes | None:
         if self._transaction is not None:
+            self._renew(self._transaction)
             buffered, value = self._transaction.read(key)
             if buffered:
                 return value
@@ -145,6 +147,7 @@ class TransactionalLeasedAdapter(LeasedAdapter):
     def scan(self) -> Iterable[tuple[bytes, bytes]]:
         if self._transaction is None:
             return self.scan_records()
+        self._renew(self._transaction)
         return self._transaction.merged(self.scan_records())
 
     def lock(self, key: bytes) -> None:
@@ -191,8 +194,10 @@ class TransactionalLeasedAdapter(LeasedAdapter):
             self._buffer(key, None)
 
     def keep_locks_alive(self) -> None:
-        if self._transaction is None:  # no record lock is taken under the transaction lock
+        if self._transaction is None:
             super().keep_locks_alive()
+        else:  # no record lock is taken under the transaction lock
+            self._renew(self._transaction)
 
     def _buffer(self, key: bytes, value: bytes | None) -> None:
         transaction = self._running()
@@ -200,7 +205,9 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         transaction.writes[key] = value
 
     def _renew(self, transaction: Transaction) -> None:
-        """Keep the transaction lock's lease alive while writes are buffered."""
+        """Keep the transaction lock's lease alive while the transaction
+        works: a registry's start in smbd reads far more than it writes,
+        and on a loaded machine its reads alone outlasted a 10 s lease."""
         if time.monotonic() - transaction.renewed <= self.lease_seconds / 3:
             return
         if self.renew_transaction_lock(transaction.token, self.lease_seconds) is False:
@@ -236,6 +243,7 @@ class TransactionalLeasedAdapter(LeasedAdapter):
 
     def transaction_commit(self) -> None:
         transaction = self._end("transaction_commit")
+        self._renew(transaction)  # a lost lock fences the commit out, the transaction over
         if not self.commit_transaction(transaction.token, transaction.writes):
             raise FencedOut("the transaction lock expired before the commit; nothing was written")
 

@@ -173,6 +173,31 @@ def test_buffered_writes_renew_the_lock_and_a_lost_one_fences_them_out(monkeypat
         db.put(b"k", b"3")
 
 
+def test_reads_the_commit_and_the_daemons_keepalive_renew_the_lock_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction that reads for longer than its lease after its last
+    write still commits: smbd's registry start failed so, FencedOut after
+    16 s of mostly reads on a 10 s Cassandra lease (make test, stop 53).
+    The broken example: renewed on writes only, the reads below renew
+    nothing and the commit is fenced out."""
+    db = _store()
+    clock = [1000.0]
+    monkeypatch.setattr("dbwrap_py.transactions.time.monotonic", lambda: clock[0])
+    db.transaction_start()
+    db.put(b"k", b"1")
+    for renewed, read in enumerate((lambda: db.get(b"x"), lambda: list(db.scan()), db.keep_locks_alive), 1):
+        clock[0] += 0.4  # past a third of the one-second lease
+        read()
+        assert db.renewals == renewed
+    clock[0] += 0.4
+    db.transaction_commit()
+    assert db.renewals == 4 and db.data == {b"k": b"1"}
+    db.transaction_start()
+    clock[0] += 0.4
+    db.txn_holder = 7  # our lease lapsed and another process took the lock
+    with pytest.raises(FencedOut, match="lost the transaction lock"):
+        db.get(b"k")
+
+
 def test_after_fork_the_parents_transaction_is_gone() -> None:
     db = _store()
     db.transaction_start()

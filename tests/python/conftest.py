@@ -1,18 +1,22 @@
 """Which tests share a pytest-xdist worker when make test-python runs the
-files side by side (``--dist loadgroup``), and the one Cassandra they share.
+files side by side (``--dist loadgroup``), and the Cassandra they share.
 
 Every test is in its file's group, so a file runs on one worker and its
 module-scoped server starts once; a file whose tests take a parametrized
-module-scoped ``backend`` has a group per backend. Every test that runs a Cassandra is in
-one group instead, one after the other on one worker: a Cassandra is a JVM
-that keeps a core busy while it starts and serves, and several at once on 2
-cores starved the node agents of their 2 s leases (measured in a make test
-with the files spread over 4 workers: a node lease that lapsed, a record
-handed over in 0.72 s where the test allows 0.5, a node agent that took
-more than 15 s to come up).
+module-scoped ``backend`` has a group per backend. Every test that runs a
+Cassandra is in one of two groups instead, one after the other on each of
+two workers: a Cassandra is a JVM that keeps a core busy while it starts
+and serves, and several at once on 2 cores starved the node agents of
+their 2 s leases (measured in a make test with the files spread over 4
+workers: a node lease that lapsed, a record handed over in 0.72 s where
+the test allows 0.5, a node agent that took more than 15 s to come up).
+In one group they took 248 s, the step's longest path (stop 53); the node
+cache's tests on Cassandra (120 s of it) are the second group, so at most
+two Cassandras, compiled with C1 only, run at once.
 
 The modules that need a plain one-node Cassandra share one for the whole
-run (``cassandra_server``, session-scoped: on that one worker, one start),
+run (``cassandra_server``, session-scoped: on each of those two workers,
+one start),
 each in a keyspace of its own (``shared_cassandra``). A Cassandra takes
 about 3 s to start here and its JVM warms up over the first statements.
 
@@ -74,14 +78,15 @@ def _runs_cassandra(item: pytest.Item) -> bool:
 
 
 def _group(item: pytest.Item) -> str:
-    """The test's xdist group: "cassandra"; else its file's, per backend
+    """The test's xdist group: one of the two Cassandra groups (the node
+    cache's tests on Cassandra, and the rest); else its file's, per backend
     where a module-scoped ``backend`` fixture is parametrized (test_node_cache's
     backends took 278 s on one worker, its module-scoped servers starting
     once per backend either way)."""
-    if _runs_cassandra(item):
-        return "cassandra"
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec is not None else None
+    if _runs_cassandra(item):
+        return "cassandra-node-cache" if backend == "cassandra" else "cassandra"
     return item.path.stem if backend is None else f"{item.path.stem}:{backend}"
 
 

@@ -88,15 +88,25 @@ prepared_cache() {
     echo "${fresh_cache%-minbase.tar.zst}-deps-$list.tar.zst"
 }
 
-# The root after `make deps`, without the checkout, the mounts (other file
-# systems), the downloaded .debs and the host's DNS; older lists' caches go.
+# The root after `make deps`, without the checkout, the mounts' contents,
+# the downloaded .debs and the host's DNS; older lists' caches go. tar's
+# status 1 is a file that changed while read (a mount point's directory,
+# a log): the packages' files do not change once dpkg is done.
 save_prepared() {
     local root=$1 cache tmp
     cache=$(prepared_cache)
     tmp=$cache.$$.tmp
-    tar --numeric-owner --xattrs --xattrs-include='*' --acls --one-file-system \
-        --exclude=./root/work --exclude='./var/cache/apt/archives/*.deb' --exclude=./etc/resolv.conf \
-        --exclude='./tmp/*' -C "$root" -cf - . | zstd -q -T0 -3 > "$tmp"
+    if ! { rc=0
+           tar --numeric-owner --xattrs --xattrs-include='*' --acls --one-file-system \
+               --warning=no-file-changed --exclude=./root/work --exclude='./proc/*' --exclude='./sys/*' \
+               --exclude='./dev/pts/*' --exclude='./dev/shm/*' --exclude='./tmp/*' \
+               --exclude='./var/cache/apt/archives/*.deb' --exclude=./etc/resolv.conf \
+               -C "$root" -cf - . || rc=$?
+           [ "$rc" -le 1 ]; } | zstd -q -T0 -3 > "$tmp"; then
+        rm -f "$tmp"
+        echo "test-fresh: could not cache the root with its packages (tar or zstd said why above)" >&2
+        return 1
+    fi
     mv "$tmp" "$cache"
     find "$(dirname "$cache")" -maxdepth 1 -name "fresh-$fresh_suite-deps-*.tar.zst" ! -path "$cache" -delete
     echo "test-fresh: cached the root with its packages as $cache ($(du -h "$cache" | cut -f1))"

@@ -223,6 +223,14 @@ class CassandraAdapter(TransactionalLeasedAdapter):
             self._txn_seq = self._transaction_row()[2]
         return bool(taken)
 
+    def renew_transaction_lock(self, token: int, seconds: float) -> bool:
+        try:
+            renewed, _ = self.client.lwt("transaction lock renewal", self.cql.txn_renew,
+                                         (int(seconds), token, self.owner, self.db, token))
+        except cc.OutcomeUnknown:
+            renewed = self._transaction_row()[0] == token
+        return bool(renewed)
+
     def _transaction_row(self) -> tuple[int | None, int | None, int]:
         """The partition's transaction lock, this process's last commit id and seq, at SERIAL."""
         rows = self.client.run("transaction", self.cql.txn_row, (self.db,), serial=True)

@@ -154,6 +154,7 @@ class Statements:
         self.bump_seqnum = BUMP_SEQNUM.format(ks=ks)
         # a persistent database's transaction (its table only)
         self.txn_take = f"UPDATE {t} USING TTL ? SET txn = ?, txn_owner = ? WHERE db = ? IF txn = null"
+        self.txn_renew = f"UPDATE {t} USING TTL ? SET txn = ?, txn_owner = ? WHERE db = ? IF txn = ?"
         self.txn_row = f"SELECT txn, commits, seq FROM {t} WHERE db = ? LIMIT 1"
         self.txn_write = f"UPDATE {t} SET v = ? WHERE db = ? AND k = ?"
         self.txn_commit = f"UPDATE {t} SET txn = null, txn_owner = null, seq = ? WHERE db = ? IF txn = ?"

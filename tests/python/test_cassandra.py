@@ -206,6 +206,23 @@ def test_a_commit_whose_outcome_is_unknown_is_resolved_by_its_commit_id(cassandr
     assert db.seqnum() == seq + 1
 
 
+def test_a_transaction_that_outlives_its_lease_while_it_reads_still_commits(cassandra, tmp_path):
+    """smbd's registry start read for 14-16 s inside one transaction on a
+    10 s lease and was fenced out (make test, stop 53): the transaction
+    lock's TTL is renewed as it works. The broken example: without
+    renew_transaction_lock the lock's 2 s TTL lapses and the commit is
+    refused."""
+    db = open_db(cassandra, tmp_path, "long.tdb", PERSISTENT, lease=2)
+    db.transaction_start()
+    db.put(b"k", b"v")
+    deadline = time.monotonic() + 4.5
+    while time.monotonic() < deadline:
+        assert db.get(b"k") == b"v"
+        time.sleep(0.3)
+    db.transaction_commit()
+    assert db.get(b"k") == b"v"
+
+
 def test_a_large_transaction_commits_in_one_batch(cassandra, tmp_path):
     """The throwaway cluster raises batch_size_fail_threshold (50 KiB by default)."""
     db = open_db(cassandra, tmp_path, "big.tdb", PERSISTENT)

@@ -232,6 +232,10 @@ class RadosAdapter(TransactionalLeasedAdapter):
         return self._write(self.all_oids()[0], lambda op: records.lock(
             op, TRANSACTION_LOCK, token, seconds), "transaction lock") == 0
 
+    def renew_transaction_lock(self, token: int, seconds: float) -> bool:
+        return self._write(self.all_oids()[0], lambda op: records.lock(
+            op, TRANSACTION_LOCK, token, seconds, rc.LOCK_MUST_RENEW), "transaction lock renewal") == 0
+
     def commit_transaction(self, token: int, writes: Writes) -> bool:
         return self._write(self.all_oids()[0], lambda op: records.commit(self.io, op, token, writes), "commit") == 0
 

@@ -203,6 +203,22 @@ def test_a_commit_is_all_or_nothing_when_the_client_is_killed(ceph, tmp_path):
     assert True in committed and False in committed, f"kills all landed on one side: {committed}"
 
 
+def test_a_transaction_that_outlives_its_lease_while_it_reads_still_commits(ceph, tmp_path):
+    """The transaction lock is renewed as the transaction works (smbd's
+    registry start on Cassandra read past its lease, stop 53). The broken
+    example: without renew_transaction_lock the 2 s lock lapses and the
+    commit is refused."""
+    db = open_db(ceph, tmp_path, "long.tdb", flags=0, lease=2)
+    db.transaction_start()
+    db.put(b"k", b"v")
+    deadline = time.monotonic() + 4.5
+    while time.monotonic() < deadline:
+        assert db.get(b"k") == b"v"
+        time.sleep(0.3)
+    db.transaction_commit()
+    assert db.get(b"k") == b"v"
+
+
 def test_a_record_lock_in_a_persistent_database_waits_for_a_transaction(ceph, tmp_path):
     txn = open_db(ceph, tmp_path, "p.tdb", flags=0)
     other = open_db(ceph, tmp_path, "p.tdb", flags=0)

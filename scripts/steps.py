@@ -99,11 +99,12 @@ class CpuAccounts:
         return None
 
     def close(self) -> None:
+        """Deepest first: a run inside a step (make test-conformance) may
+        have been stopped before it removed its own."""
         if self.base is None:
             return
-        for group in [*self.base.iterdir(), self.base]:
-            if not group.is_dir():
-                continue
+        for folder, _, _ in os.walk(self.base, topdown=False):
+            group = Path(folder)
             try:
                 for pid in (group / "cgroup.procs").read_text().split():
                     (self.own / "cgroup.procs").write_text(pid)

@@ -279,8 +279,9 @@ STEPS = $(PYTHON) scripts/steps.py
 check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on tdb
 	@$(STEPS) --title "make check" --logs $(RESULTS)/check "test-c test-conformance-tdb" "test-python-unit"
 
-# Every check. Two lanes side by side: the smbtorture matrix, which mostly
-# waits on smbd's timers, and the quick steps; then, one after the other
+# Every check. Two lanes side by side: the smbtorture matrix (each run
+# mostly waits on smbd's timers; 10 at a time keep both cores busy) and the
+# quick steps; then, one after the other
 # with nothing beside them, memcheck beside pytest's unit tests (valgrind
 # runs on one core and left the other idle for its 82 s), the conformance
 # tables and pytest's tests that start a server, whose leases, timeouts,

@@ -31,14 +31,19 @@ It fails when a call
   not a positive int, a keepalive wait that is not a positive finite
   number, a log-in without a str token, a chunk that is not bytes);
 * lasts longer than its timeout (OP_TIMEOUT; a keepalive round,
-  KEEPALIVE_TIMEOUT) plus MARGIN;
+  KEEPALIVE_TIMEOUT) plus MARGIN, plus the CPU time the call itself used
+  stretched by how slowly this process gets a core just then (parsing a
+  256 KiB reply under tracemalloc takes 0.12 s of CPU; beside make test's
+  smbds, 1.5 s of the clock). A client that waits on the server per read,
+  not per call, uses next to no CPU while it waits: a slow drip still
+  fails it (``broken_deadline``, the broken example of this check);
 * allocates more than MEMORY_BOUND at its peak (tracemalloc): no case
   sends more than a few hundred KiB, so a client that allocates what a
   Content-Length or a chunk size claims fails here.
 
 ``--broken`` runs it against a broken parse, the integer fields read with
 a bare ``int()`` (what the client did before this fuzzer): it must fail
-(tests/python/test_etcd_client_fuzz.py).
+(tests/python/test_etcd_client.py).
 """
 
 from __future__ import annotations
@@ -715,7 +720,7 @@ def _one_case(calls: _Calls, gateway: FakeGateway, cases: _Cases, rng: random.Ra
     report.by_call[name] += 1
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.thread_time()
     wrong: str | None = None
     try:
         wrong = call()
@@ -727,7 +732,7 @@ def _one_case(calls: _Calls, gateway: FakeGateway, cases: _Cases, rng: random.Ra
             raise
         outcome = type(exc).__name__
         wrong = f"raised {type(exc).__name__}: {str(exc)[:200]}"
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, time.thread_time() - cpu_started
     peak = tracemalloc.get_traced_memory()[1] - base
     gateway.disarm()
     report.outcomes[outcome] += 1
@@ -737,10 +742,29 @@ def _one_case(calls: _Calls, gateway: FakeGateway, cases: _Cases, rng: random.Ra
     found = [wrong] if wrong is not None else []
     timeout = KEEPALIVE_TIMEOUT if name == "keepalive" else OP_TIMEOUT
     if elapsed > timeout + margin:
-        found.append(f"took {elapsed:.2f} s, its timeout is {timeout:.2f} s")
+        stretch = _stretch()
+        if elapsed > timeout + margin + cpu * stretch:
+            found.append(f"took {elapsed:.2f} s, its timeout is {timeout:.2f} s (allowed: {margin:.2f} s more, "
+                         f"and its {cpu:.2f} s of CPU x {stretch:.1f}, how slowly this process gets a core now)")
     if peak > MEMORY_BOUND:
         found.append(f"allocated {peak >> 20} MiB at its peak")
     report.failures += [f"{where}: {why}" for why in found][:MAX_FAILURES - len(report.failures)]
+
+
+#: the CPU time _stretch spends measuring
+STRETCH_SAMPLE = 0.02
+
+
+def _stretch() -> float:
+    """How many seconds of the clock a second of this thread's CPU takes
+    now: 1 on an idle machine, more while the thread waits for a core (or
+    for the GIL). Measured by STRETCH_SAMPLE of busy work."""
+    wall, cpu = time.monotonic(), time.thread_time()
+    spent = 0.0
+    while spent < STRETCH_SAMPLE:
+        sum(range(1000))
+        spent = time.thread_time() - cpu
+    return max(1.0, (time.monotonic() - wall) / spent)
 
 
 def fuzz(seconds: float, seed: int, stop_at_first: bool = True, margin: float = MARGIN) -> EtcdFuzzReport:
@@ -776,6 +800,23 @@ def fuzz(seconds: float, seed: int, stop_at_first: bool = True, margin: float = 
 def _int_or_bust(value: object, what: str) -> int:
     """The broken parse: an integer field read with a bare int()."""
     return int(value)  # type: ignore[call-overload]
+
+
+def _read_with_the_whole_timeout(self: client._DeadlineReader, buffer: Any) -> int | None:
+    """The broken wait: every read given the whole timeout afresh."""
+    return socket.SocketIO.readinto(self, buffer)
+
+
+@contextlib.contextmanager
+def broken_deadline() -> Iterator[None]:
+    """The client as it was before its reads shared one deadline: a server
+    dripping a byte at a time kept a call going as long as it liked."""
+    saved = client._DeadlineReader.readinto
+    client._DeadlineReader.readinto = _read_with_the_whole_timeout  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        client._DeadlineReader.readinto = saved  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

@@ -68,10 +68,11 @@ save_minbase() {
     echo "test-fresh: cached the root as $fresh_cache ($(du -h "$fresh_cache" | cut -f1))"
 }
 
-restore_minbase() {
-    local root=$1
-    echo "test-fresh: the root from $fresh_cache"
-    zstd -q -dc "$fresh_cache" |
+# A cached root ($1, a .tar.zst) unpacked into the folder $2.
+restore_tarball() {
+    local tarball=$1 root=$2
+    echo "test-fresh: the root from $tarball"
+    zstd -q -dc "$tarball" |
         tar --numeric-owner --xattrs --xattrs-include='*' --acls -C "$root" -xpf -
 }
 
@@ -127,11 +128,9 @@ prepared_fresh() {
 create_root() {
     local root=$1
     if prepared_wanted && prepared_fresh; then
-        echo "test-fresh: the root with its packages from $(prepared_cache)"
-        zstd -q -dc "$(prepared_cache)" |
-            tar --numeric-owner --xattrs --xattrs-include='*' --acls -C "$root" -xpf -
+        restore_tarball "$(prepared_cache)" "$root"
     elif [ "${FRESH_CACHE:-1}" != 0 ] && [ -s "$fresh_cache" ]; then
-        restore_minbase "$root"
+        restore_tarball "$fresh_cache" "$root"
     else
         need_host_commands debootstrap:debootstrap
         build_minbase "$root"

@@ -304,7 +304,7 @@ test-fast: all venv-scylla ## make test without the smbtorture matrix
 # configurations `make test` leaves out, proxy mode on every adapter, and the
 # three-node clusters. `make soak-etcd` is separate (~30 min).
 TEST_FULL := test test-fresh test-deb test-trixie test-sid test-torture-matrix-full test-torture-matrix-long test-torture-scylla \
-	test-conformance-proxy test-conformance-scylla test-python-full test-fuzz-proxy test-cluster test-sid-cluster
+	test-conformance-proxy test-conformance-scylla test-python-full test-cluster test-sid-cluster
 test-full: $(TEST_FULL) ## make test, the three fresh roots, the longer matrices, the clusters
 
 # The two commands on a fresh Debian 12 root (a cached debootstrap minbase,

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
+from dbwrap_py.adapters.etcd.adapter import EtcdAdapter
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import (
     ConfigError,
@@ -35,6 +36,8 @@ from dbwrap_py.errors import (
 )
 from dbwrap_py.testing.servers.etcd import EtcdCluster
 from dbwrap_py.servers import pause_process
+from dbwrap_py.options import Options
+from lease_renewal import assert_a_transaction_reading_past_its_lease_commits
 from shared_servers import PrefixedEtcd
 from slow_link import SlowLink
 
@@ -414,6 +417,18 @@ def test_transaction_commit_cancel_and_isolation(etcd, name):
     other.transaction_cancel()
     db.close()
     other.close()
+
+
+def test_a_transaction_that_outlives_its_lease_while_it_reads_still_commits(etcd, tmp_path):
+    """etcd's transaction lock is a key on the process's lease, which its
+    keepalive thread renews, so a transaction has nothing of its own to
+    renew; checked as on the stores whose locks it renews (lease_renewal.py)."""
+    db = EtcdAdapter(DatabaseSpec(str(tmp_path / "long.tdb"), tdb_flags=0),
+                     Options({**etcd.options(), "lease_ttl": "2"}))
+    try:
+        assert_a_transaction_reading_past_its_lease_commits(db)
+    finally:
+        db.close()
 
 
 def test_transaction_waits_for_record_lock_holders(etcd, name):

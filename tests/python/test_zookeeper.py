@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
+from dbwrap_py.adapters.zookeeper.adapter import ZooKeeperAdapter
 from dbwrap_py.adapters.zookeeper.nodestore import ZkNodeStore
 from dbwrap_py.database import Database, open_database
 from dbwrap_py.errors import FencedOut, LockConflict, Timeout, Unavailable
 from dbwrap_py.options import Options
 from dbwrap_py.testing.servers.zookeeper import ZooKeeperServer
+from lease_renewal import assert_a_transaction_reading_past_its_lease_commits
 
 pytestmark = pytest.mark.server
 
@@ -287,3 +289,16 @@ def test_a_close_with_no_answer_raises_nothing(tmp_path):
         finally:
             os.kill(pid, signal.SIGCONT)
         assert took < 2 * 2.0 + 1.0, f"the close took {took:.2f} s"  # the delete, then the session's stop
+
+
+def test_a_transaction_that_outlives_its_session_timeout_while_it_reads_still_commits(zk, tmp_path):
+    """The transaction lock is an ephemeral node of the process's session,
+    which the client's pings keep: nothing of the transaction's own to
+    renew; checked as on the stores whose locks it renews (lease_renewal.py)."""
+    db = ZooKeeperAdapter(DatabaseSpec(str(tmp_path / "long.tdb"), tdb_flags=0),
+                          Options({"hosts": zk.hosts, "session_timeout": str(SESSION),
+                                   "op_timeout": str(OP_TIMEOUT)}))
+    try:
+        assert_a_transaction_reading_past_its_lease_commits(db)
+    finally:
+        db.close()

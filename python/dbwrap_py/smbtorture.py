@@ -261,13 +261,17 @@ def _judge(comparison: Comparison, setup: SambaSetup, retry: bool) -> None:
     again a regression.
 
     Why a retry stays: a few smbtorture subtests fail through a slow
-    backend on a loaded machine (seen: durable-open.reopen2 and
-    durable-v2-open.reopen2*). Their likely cause, read in smbtorture's
-    source and not measured: they drop the connection and reconnect at
-    once, and the reconnect succeeds only once the old smbd has marked the
-    open disconnected, which a backend slowed by the load does later. The
-    retry runs after the whole matrix, one at a time, so it sees no load of
-    the matrix's own; a real regression fails it again."""
+    backend on a loaded machine (seen: durable-open.reopen2,
+    durable-v2-open.reopen2* and durable-open.lock-lease, each with
+    NT_STATUS_OBJECT_NAME_NOT_FOUND on the reconnect). They drop the
+    connection and reconnect at once. Samba answers a durable reconnect
+    with OBJECT_NAME_NOT_FOUND while the open's record still names a
+    live smbd not yet marked disconnected (smbXsrv_open.c:
+    smbXsrv_open_global_verify_record says OBJECTID_EXISTS to
+    smb2srv_open_recreate), and the old smbd marks it later through a
+    backend slowed by the load (read in Samba's source, not measured
+    here). The retry runs after the whole matrix, one at a time, so it
+    sees no load of the matrix's own; a real regression fails it again."""
     if comparison.left_out:
         return
     for name, result in comparison.native.results.items():

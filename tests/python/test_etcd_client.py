@@ -18,6 +18,7 @@ import pytest
 from dbwrap_py.adapters.etcd import client as client
 from dbwrap_py.errors import DbwrapError, Timeout, Unavailable
 from dbwrap_py.testing.fuzz_etcd_client import (
+    CPU_BOUND,
     EtcdFuzzReport,
     FakeGateway,
     Script,
@@ -231,6 +232,22 @@ def test_the_fuzzer_catches_a_client_that_waits_per_read() -> None:
         report = fuzz(seconds=30, seed=1, margin=2.0)
     assert report.broken, summary(report, 1)
     assert any("case slow_drip" in f and "took" in f for f in report.failures), report.failures
+
+
+def test_the_fuzzer_catches_a_call_that_computes_too_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time check allows a call its CPU on a starved core; the CPU
+    itself is bounded: a reply parse that spins past CPU_BOUND fails."""
+    parse = client._json_object
+
+    def slow_parse(data: bytes) -> dict:
+        spin_until = time.thread_time() + CPU_BOUND + 0.1
+        while time.thread_time() < spin_until:
+            pass
+        return parse(data)
+
+    monkeypatch.setattr(client, "_json_object", slow_parse)
+    report = fuzz(seconds=20, seed=1, margin=2.0)
+    assert any("of CPU, over its" in f for f in report.failures), summary(report, 1)
 
 
 def test_a_lapsed_lease_is_named_in_the_report_with_the_failures_before_it(gateway: FakeGateway) -> None:

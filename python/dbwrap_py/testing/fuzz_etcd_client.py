@@ -37,6 +37,8 @@ It fails when a call
   smbds, 1.5 s of the clock). A client that waits on the server per read,
   not per call, uses next to no CPU while it waits: a slow drip still
   fails it (``broken_deadline``, the broken example of this check);
+* uses more than CPU_BOUND of its thread's CPU: the allowance above does
+  not let a call that computes too long pass;
 * allocates more than MEMORY_BOUND at its peak (tracemalloc): no case
   sends more than a few hundred KiB, so a client that allocates what a
   Content-Length or a chunk size claims fails here.
@@ -76,6 +78,9 @@ MARGIN = 1.0
 #: a slow drip goes on this long (a client that waits per read, not per
 #: call, takes about this long: well past OP_TIMEOUT + MARGIN)
 DRIP_SECONDS = 4.0
+#: the most CPU a call may use (the biggest body here, 256 KiB parsed
+#: under tracemalloc, takes about 0.15 s)
+CPU_BOUND = 0.6
 #: the most a call may allocate at its peak
 MEMORY_BOUND = 40 << 20
 #: the most failures a report keeps
@@ -746,6 +751,8 @@ def _one_case(calls: _Calls, gateway: FakeGateway, cases: _Cases, rng: random.Ra
         if elapsed > timeout + margin + cpu * stretch:
             found.append(f"took {elapsed:.2f} s, its timeout is {timeout:.2f} s (allowed: {margin:.2f} s more, "
                          f"and its {cpu:.2f} s of CPU x {stretch:.1f}, how slowly this process gets a core now)")
+    if cpu > CPU_BOUND:
+        found.append(f"used {cpu:.2f} s of CPU, over its {CPU_BOUND:.2f} s")
     if peak > MEMORY_BOUND:
         found.append(f"allocated {peak >> 20} MiB at its peak")
     report.failures += [f"{where}: {why}" for why in found][:MAX_FAILURES - len(report.failures)]

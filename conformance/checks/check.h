@@ -77,7 +77,13 @@ extern char check_measured[256];
 struct db_context *check_open(TALLOC_CTX *mem_ctx, const struct target *t,
 			      const char *dir, const char *file, int tdb_flags);
 
-/* Runs fn(arg, index) in n children; returns how many failed or overran. */
+/*
+ * Runs fn(arg, index) in n children; returns how many failed or overran.
+ * Each child's stderr is echoed; the first failed child's exit and its last
+ * stderr lines (the bridge's log line, the child's own words) go to
+ * children_cause, for the check's note.
+ */
+extern char children_cause[384];
 int run_children(int (*fn)(void *arg, int index), void *arg, int n,
 		 unsigned seconds);
 

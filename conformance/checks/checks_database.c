@@ -48,7 +48,8 @@ static enum result check_seqnum(const struct target *t, const char *dir)
 		before = dbwrap_get_seqnum(db);
 		if (t->multi_process) {
 			CHECK(run_children(seqnum_writer, &w, 1, 30) == 0,
-			      "the writing process failed at step %d", w.step);
+			      "the writing process failed at step %d; %s", w.step,
+			      children_cause);
 		} else {
 			CHECK(w.step % 3 == 2
 			      ? NT_STATUS_IS_OK(dbwrap_delete(db, str_data("k")))
@@ -147,7 +148,7 @@ static enum result check_id(const struct target *t, const char *dir)
 	if (t->multi_process) {
 		CHECK(run_children(child_same_id, &a, 1, 30) == 0,
 		      "another process opening the same database got another id "
-		      "(the watch layer keys on it)");
+		      "(the watch layer keys on it), or failed; %s", children_cause);
 	}
 	MEASURED("%zu-byte id", a.want.len);
 	talloc_free(mem);

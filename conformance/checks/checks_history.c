@@ -419,8 +419,8 @@ static enum result check_linearizability(const struct target *t, const char *dir
 	}
 	run.start_ns = now_ns() + START_DELAY_NS;
 	failed = run_children(history_client, &run, CLIENTS, CLIENT_SECONDS);
-	CHECK(failed == 0, "%d of %d clients failed; %s", failed, CLIENTS,
-	      client_problem(mem, dir));
+	CHECK(failed == 0, "%d of %d clients failed; %s; %s", failed, CLIENTS,
+	      client_problem(mem, dir), children_cause);
 	ops = join_histories(mem, dir, history);
 	CHECK(ops > 0, "cannot join the clients' histories into %s", history);
 

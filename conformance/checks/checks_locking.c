@@ -53,6 +53,8 @@ static int increment_child(void *arg, int index)
 			 (a->style == MIXED && (i + index) % 2 == 0);
 		ok = locked ? increment_fetch_locked(db, key) : increment_do_locked(db, key);
 		if (!ok) {
+			fprintf(stderr, "increment %d of %s by %s failed\n", i, key,
+				locked ? "fetch_locked" : "do_locked");
 			return 2;
 		}
 	}
@@ -74,7 +76,8 @@ static enum result run_counters(const struct target *t, const char *dir,
 	CHECK_OPENED(db);
 	start = now_ms();
 	failed = run_children(increment_child, &a, PROCS, 90);
-	CHECK(failed == 0, "%d of %d processes failed an increment", failed, PROCS);
+	CHECK(failed == 0, "%d of %d processes failed an increment; %s", failed, PROCS,
+	      children_cause);
 	for (i = 0; i < counters; i++) {
 		snprintf(key, sizeof(key), "counter-%d", i);
 		n = fetch_u32(db, key);

@@ -212,7 +212,7 @@ static enum result check_other_process(const struct target *t, const char *dir)
 
 	SKIP_UNLESS_CLOSE_KEEPS(t);
 	CHECK(run_children(store_and_die, &arg, 1, 60) == 0,
-	      "the storing process failed");
+	      "the storing process failed; %s", children_cause);
 	mem = talloc_new(NULL);
 	db = open_per_rec(mem, t, dir);
 	CHECK_OPENED(db);

@@ -48,7 +48,8 @@ static enum result check_commit(const struct target *t, const char *dir)
 	      "a committed key is missing in this process");
 	if (t->multi_process) {
 		CHECK(run_children(child_sees_commit, &s, 1, 30) == 0,
-		      "another process does not see every committed key");
+		      "another process does not see every committed key; %s",
+		      children_cause);
 	}
 	talloc_free(mem);
 	return PASS;
@@ -186,7 +187,7 @@ static enum result check_isolation(const struct target *t, const char *dir)
 	CHECK_OPENED(db);
 	failed = run_children(isolation_child, &s, 3, 60);
 	CHECK(failed == 0, "%d of 1 writer and 2 readers failed: a reader saw part of "
-	      "a transaction, or a call failed", failed);
+	      "a transaction, or a call failed; %s", failed, children_cause);
 	MEASURED("%d transactions, 2 readers", ISOLATION_ROUNDS);
 	talloc_free(mem);
 	return PASS;

@@ -48,36 +48,166 @@ static void reap_late(pid_t *pids, int n)
 	}
 }
 
+char children_cause[384];
+
+/* One child's stderr: echoed to ours, its last line kept as the cause. */
+struct child_err {
+	int fd;            /* read end of the child's stderr; -1 once closed */
+	char tail[256];    /* the last bytes it wrote */
+	size_t len;
+};
+
+static void child_err_drain(struct child_err *e)
+{
+	char buf[1024];
+	ssize_t n = -1;
+	size_t keep;
+
+	while (e->fd >= 0 && (n = read(e->fd, buf, sizeof(buf))) != 0) {
+		if (n < 0) {
+			if (errno != EINTR) {
+				break; /* EAGAIN: nothing more for now */
+			}
+			continue;
+		}
+		fwrite(buf, 1, n, stderr);
+		keep = (size_t)n < sizeof(e->tail) - 1 ? (size_t)n : sizeof(e->tail) - 1;
+		if (e->len + keep > sizeof(e->tail) - 1) {
+			size_t drop = e->len + keep - (sizeof(e->tail) - 1);
+			memmove(e->tail, e->tail + drop, e->len - drop);
+			e->len -= drop;
+		}
+		memcpy(e->tail + e->len, buf + n - keep, keep);
+		e->len += keep;
+		e->tail[e->len] = '\0';
+	}
+	if (n == 0 && e->fd >= 0) {
+		close(e->fd);
+		e->fd = -1;
+	}
+}
+
+/* The last two lines a child wrote, on one line, or a placeholder. */
+static const char *child_err_last_lines(struct child_err *e)
+{
+	char *nl, *start;
+
+	while (e->len > 0 && (e->tail[e->len - 1] == '\n' || e->tail[e->len - 1] == '\r')) {
+		e->tail[--e->len] = '\0';
+	}
+	if (e->len == 0) {
+		return "it wrote nothing to stderr";
+	}
+	nl = strrchr(e->tail, '\n');
+	if (nl == NULL) {
+		return e->tail;
+	}
+	*nl = '\0';
+	start = strrchr(e->tail, '\n');
+	*nl = '\n';
+	start = start != NULL ? start + 1 : e->tail;
+	for (nl = start; (nl = strchr(nl, '\n')) != NULL;) {
+		*nl = ' '; /* one line in the note */
+	}
+	return start;
+}
+
+/* The first failed child's cause goes to children_cause. */
+static void note_child_failure(int index, int wstatus, bool overran,
+			       struct child_err *e)
+{
+	char how[64];
+
+	if (children_cause[0] != '\0') {
+		return;
+	}
+	if (overran) {
+		snprintf(how, sizeof(how), "still running at the time limit");
+	} else if (WIFSIGNALED(wstatus)) {
+		snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(wstatus));
+	} else {
+		snprintf(how, sizeof(how), "exit %d", WEXITSTATUS(wstatus));
+	}
+	child_err_drain(e);
+	snprintf(children_cause, sizeof(children_cause), "child %d: %s: %s",
+		 index, how, child_err_last_lines(e));
+}
+
+static pid_t start_child(int (*fn)(void *arg, int index), void *arg, int index,
+			 unsigned seconds, struct child_err *e)
+{
+	int fds[2], rc;
+	pid_t pid;
+
+	e->fd = -1;
+	e->len = 0;
+	e->tail[0] = '\0';
+	if (pipe(fds) != 0) {
+		return -1;
+	}
+	pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		dup2(fds[1], STDERR_FILENO);
+		close(fds[1]);
+		alarm(seconds + 5); /* a hung child must not outlive the check */
+		check_note[0] = '\0';
+		rc = fn(arg, index);
+		if (rc != 0 && check_note[0] != '\0') {
+			fprintf(stderr, "%s\n", check_note); /* e.g. check_open's */
+		}
+		fflush(stderr);
+		_exit(rc);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		close(fds[0]);
+		return pid;
+	}
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	e->fd = fds[0];
+	return pid;
+}
+
 int run_children(int (*fn)(void *arg, int index), void *arg, int n,
 		 unsigned seconds)
 {
 	pid_t pids[64];
+	struct child_err errs[64];
 	long deadline = now_ms() + seconds * 1000L;
 	int i, failed = 0, running = 0, wstatus;
 
+	children_cause[0] = '\0';
 	if (n > 64) {
+		snprintf(children_cause, sizeof(children_cause),
+			 "%d children asked for, at most 64", n);
 		return n;
 	}
 	fflush(NULL);
 	for (i = 0; i < n; i++) {
-		pids[i] = fork();
-		if (pids[i] == 0) {
-			alarm(seconds + 5); /* a hung child must not outlive the check */
-			_exit(fn(arg, i));
-		}
+		pids[i] = start_child(fn, arg, i, seconds, &errs[i]);
 		if (pids[i] < 0) {
 			failed++;
+			if (children_cause[0] == '\0') {
+				snprintf(children_cause, sizeof(children_cause),
+					 "child %d: fork failed: %s", i, strerror(errno));
+			}
 		} else {
 			running++;
 		}
 	}
 	while (running > 0 && now_ms() < deadline) {
 		for (i = 0; i < n; i++) {
-			if (pids[i] <= 0 || waitpid(pids[i], &wstatus, WNOHANG) == 0) {
+			if (pids[i] <= 0) {
+				continue;
+			}
+			child_err_drain(&errs[i]);
+			if (waitpid(pids[i], &wstatus, WNOHANG) == 0) {
 				continue;
 			}
 			if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
 				failed++;
+				note_child_failure(i, wstatus, false, &errs[i]);
 			}
 			pids[i] = 0;
 			running--;
@@ -85,7 +215,20 @@ int run_children(int (*fn)(void *arg, int index), void *arg, int n,
 		sleep_ms(5);
 	}
 	failed += running;
+	for (i = 0; i < n; i++) {
+		if (pids[i] > 0) {
+			note_child_failure(i, 0, true, &errs[i]);
+		}
+	}
 	reap_late(pids, n);
+	for (i = 0; i < n; i++) {
+		if (errs[i].fd >= 0) {
+			child_err_drain(&errs[i]);
+			if (errs[i].fd >= 0) {
+				close(errs[i].fd);
+			}
+		}
+	}
 	return failed;
 }
 

@@ -231,8 +231,14 @@ class LeasedAdapter(Adapter):
     def lock_renewal_seconds(self) -> float | None:
         if type(self).renew_lease is LeasedAdapter.renew_lease:
             return None
-        # a whole-second server TTL may end up to a second early (the server
-        # counts from the second it is in); three tries in what is left
+        return self.renewal_interval()
+
+    def renewal_interval(self) -> float:
+        """How often a lease of ``lease_seconds`` is renewed (record locks,
+        the transaction lock), counted from when the grant or the last
+        renewal was *asked*: the store's lease began no earlier. A
+        whole-second server TTL may end up to a second early (the server
+        counts from the second it is in); three tries in what is left."""
         sure = self.lease_seconds - (1.0 if self.lease_source is LeaseSource.SERVER_TTL else 0.0)
         return max(0.1, sure / 3)
 

@@ -50,10 +50,10 @@ class Transaction:
     """One running transaction: its lock's token and its buffered writes
     (None: a delete)."""
 
-    def __init__(self, token: int) -> None:
+    def __init__(self, token: int, asked: float) -> None:
         self.token = token
         self.writes: Writes = {}
-        self.renewed = time.monotonic()
+        self.renewed = asked  # when its lock was asked for: its lease began no earlier
 
     def read(self, key: bytes) -> tuple[bool, bytes | None]:
         """(buffered, the buffered value): whether the buffer decides ``key``."""
@@ -208,11 +208,12 @@ class TransactionalLeasedAdapter(LeasedAdapter):
         """Keep the transaction lock's lease alive while the transaction
         works: a registry's start in smbd reads far more than it writes,
         and on a loaded machine its reads alone outlasted a 10 s lease."""
-        if time.monotonic() - transaction.renewed <= self.lease_seconds / 3:
+        asked = time.monotonic()
+        if asked - transaction.renewed <= self.renewal_interval():
             return
         if self.renew_transaction_lock(transaction.token, self.lease_seconds) is False:
             raise FencedOut("lost the transaction lock (its lease ran out)")
-        transaction.renewed = time.monotonic()
+        transaction.renewed = asked
 
     # -- the transaction's life ----------------------------------------------------
 
@@ -221,22 +222,24 @@ class TransactionalLeasedAdapter(LeasedAdapter):
             raise NotSupported("a transaction is already running")
         token = secrets.randbits(63)
         deadline = time.monotonic() + self.op_timeout
-        self._take_transaction_lock(token, nonblock, deadline)
+        asked = self._take_transaction_lock(token, nonblock, deadline)
         try:
             self.wait_for_record_lockers(token, nonblock, deadline)
         except BaseException:
             self.release_transaction_lock(token)
             raise
-        self._transaction = Transaction(token)
+        self._transaction = Transaction(token, asked)
 
-    def _take_transaction_lock(self, token: int, nonblock: bool, deadline: float) -> None:
-        """Try until ``deadline``; with ``nonblock`` only once (LockConflict)."""
+    def _take_transaction_lock(self, token: int, nonblock: bool, deadline: float) -> float:
+        """Try until ``deadline``; with ``nonblock`` only once (LockConflict).
+        Returns when the try that took it was sent."""
         def wait(pause: float) -> None:
             self.wait_for_transaction_lock(pause, deadline - time.monotonic())
 
         for _ in retry_until(deadline, self.transaction_lock_wait, wait=wait):
+            asked = time.monotonic()
             if self.take_transaction_lock(token, self.lease_seconds):
-                return
+                return asked
             if nonblock:
                 raise LockConflict(self.transaction_lock_refused)
         raise Timeout(f"transaction lock not free within {self.op_timeout:g} s")

@@ -207,8 +207,11 @@ def test_a_commit_whose_outcome_is_unknown_is_resolved_by_its_commit_id(cassandr
 
 
 def test_a_transaction_that_outlives_its_lease_while_it_reads_still_commits(cassandra, tmp_path):
-    """The transaction lock is renewed as the transaction works (lease_renewal.py says why)."""
-    assert_a_transaction_reading_past_its_lease_commits(open_db(cassandra, tmp_path, "long.tdb", PERSISTENT, lease=2))
+    """The transaction lock is renewed as the transaction works (lease_renewal.py says why).
+    A 3 s lease (a TTL that may end 1 s early: renewed every 0.67 s): on a
+    2 s one the renewals had 1 s to land, and beside make test's other
+    lanes a read and a renewal's Paxos round once took longer."""
+    assert_a_transaction_reading_past_its_lease_commits(open_db(cassandra, tmp_path, "long.tdb", PERSISTENT, lease=3))
 
 
 def test_a_large_transaction_commits_in_one_batch(cassandra, tmp_path):

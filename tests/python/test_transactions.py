@@ -221,3 +221,24 @@ def test_waiters_pause_as_their_store_declares_until_the_holder_lets_go() -> Non
     assert db.txn_holder not in (None, 1) and len(db.pauses) == 2
     assert all(0.001 <= pause <= 0.002 for pause in db.pauses)
     db.transaction_cancel()
+
+
+def test_renewals_count_from_when_the_lock_was_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's lease began when it applied the take, which may be long
+    before the answer came back on a loaded machine: the next renewal is
+    due a third of the lease after the take was *sent*. Counted from its
+    answer (the broken example, as before stop 55), the 0.3 s the slow
+    take took below went uncounted and no renewal was sent at 0.4 s."""
+    clock = [1000.0]
+    monkeypatch.setattr("dbwrap_py.transactions.time.monotonic", lambda: clock[0])
+
+    class SlowTake(DictStore):
+        def take_transaction_lock(self, token: int, seconds: float) -> bool:
+            clock[0] += 0.3  # the answer comes 0.3 s after the store took it
+            return super().take_transaction_lock(token, seconds)
+
+    db = SlowTake(DatabaseSpec("slow.tdb"), Options({"lease": "1"}))
+    db.transaction_start()
+    clock[0] += 0.1  # 0.4 s after the take was sent: past a third of the lease
+    db.get(b"k")
+    assert db.renewals == 1

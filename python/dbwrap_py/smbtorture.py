@@ -230,13 +230,17 @@ def compare_matrix(suites: Sequence[str], bridge_setups: Sequence[SambaSetup], p
     with ThreadPoolExecutor(max_workers=max(2, parallel)) as pool:
         natives: dict[str, Future[SuiteRun]] = {}
         queued: dict[str, list[Future[Comparison] | None]] = {}  # None: left out, takes no worker
-        for suite in sorted(suites, key=_queue_position):  # FIFO: native before its bridge runs
-            native = natives[suite] = pool.submit(run_suite, suite, native_setup, "native")
-            queued[suite] = [None if suite in skipped else pool.submit(_bridge_side, suite, setup, native)
-                             for setup, skipped in zip(bridge_setups, skip, strict=True)]
-        rows = [[f.result() if f is not None else
-                 Comparison(suite, natives[suite].result(), SuiteRun(suite, "bridge"), left_out=True)
-                 for f in queued[suite]] for suite in suites]
+        try:
+            for suite in sorted(suites, key=_queue_position):  # FIFO: native before its bridge runs
+                native = natives[suite] = pool.submit(run_suite, suite, native_setup, "native")
+                queued[suite] = [None if suite in skipped else pool.submit(_bridge_side, suite, setup, native)
+                                 for setup, skipped in zip(bridge_setups, skip, strict=True)]
+            rows = [[f.result() if f is not None else
+                     Comparison(suite, natives[suite].result(), SuiteRun(suite, "bridge"), left_out=True)
+                     for f in queued[suite]] for suite in suites]
+        except BaseException:  # Ctrl-C, SIGTERM (the CLI's exit): start no queued run
+            pool.shutdown(wait=True, cancel_futures=True)  # the running ones stop their smbds
+            raise
     for row in rows:
         for comparison, setup in zip(row, bridge_setups):
             _judge(comparison, setup, retry)

@@ -13,7 +13,7 @@ DIR/<step>.log and, whole, to the terminal when the step ends, so the
 output of steps running side by side never interleaves. A failed step does
 not stop the others: every step runs, the table shows each result, and the
 exit status is 1 if any failed. Ctrl-C or SIGTERM ends every running step's
-process group by its PID.
+process group by its PID, then kills what is left in the steps' cgroups.
 
 A step's CPU time is that of every process it started, daemons that left
 their parent included: each step runs in a cgroup of its own (cgroup v2's
@@ -98,19 +98,39 @@ class CpuAccounts:
             pass
         return None
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
         """Deepest first: a run inside a step (make test-conformance) may
-        have been stopped before it removed its own."""
+        have been stopped before it removed its own. ``kill`` (the run was
+        stopped): what is left in a step's cgroup, daemons that left their
+        step's process group included, is killed, not kept."""
         if self.base is None:
             return
         for folder, _, _ in os.walk(self.base, topdown=False):
             group = Path(folder)
             try:
+                if kill:
+                    _kill_members(group)
                 for pid in (group / "cgroup.procs").read_text().split():
                     (self.own / "cgroup.procs").write_text(pid)
                 group.rmdir()
             except OSError:
                 pass
+
+
+def _kill_members(group: Path, wait: float = 5.0) -> None:
+    """SIGKILL every process in ``group`` (cgroup.kill, Linux 5.14 on; by
+    PID before), and wait up to ``wait`` seconds until it is empty."""
+    try:
+        (group / "cgroup.kill").write_text("1")
+    except OSError:
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    until = time.monotonic() + wait
+    while (group / "cgroup.procs").read_text().split() and time.monotonic() < until:
+        time.sleep(0.05)
 
 
 def _own_cgroup() -> Path | None:
@@ -189,7 +209,7 @@ class Runner:
         try:
             return self._run()
         finally:
-            self.accounts.close()
+            self.accounts.close(kill=self.stopping)
 
     def _run(self) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ROOT / "scripts" / "steps.py"
@@ -21,6 +25,9 @@ spin:
 detached:
 \t@setsid -f sh -c '$(spin); touch spun'; i=0; \\
 \twhile [ ! -e spun ] && [ $$i -lt 600 ]; do sleep 0.1; i=$$((i+1)); done; [ -e spun ]
+# a daemon that leaves its step's process group, then the step waits
+leaves-daemon:
+\t@setsid -f sh -c 'echo $$$$ > daemon.pid; exec sleep 120'; sleep 60
 # one second of CPU, however long that takes on a loaded machine
 spin = python3 -c "import time; t = time.process_time(); all(iter(lambda: time.process_time() - t < 1, False))"
 fails:
@@ -146,3 +153,41 @@ def test_then_runs_a_plus_b_side_by_side_and_alone(tmp_path):
     assert float(rows["meet-a"][2]) >= float(rows["slow-a"][3]) - 0.5  # after the lanes
     ends = [float(rows[s][2]) + float(rows[s][3]) for s in ("meet-a", "meet-b")]
     assert float(rows["after"][2]) >= max(ends) - 0.5
+
+
+def test_a_stopped_run_kills_what_its_steps_left_behind(tmp_path):
+    """SIGTERM to a run: its steps' process groups get SIGTERM, then what is
+    left in their cgroups, a daemon in a session of its own included, is
+    killed. Moved out and kept (before stop 55), such daemons outlived a
+    stopped make test."""
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    proc = subprocess.Popen([sys.executable, str(STEPS), "--title", "t", "--logs", "logs", "leaves-daemon"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    daemon = None
+    try:
+        pid_file = tmp_path / "daemon.pid"
+        for _ in range(200):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        daemon = int(pid_file.read_text())
+        if "dbwrap-steps-" not in Path(f"/proc/{daemon}/cgroup").read_text():
+            pytest.skip("no cgroup v2 for the steps here: nothing to kill them by")
+        proc.terminate()
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, output
+        for _ in range(100):
+            if not Path(f"/proc/{daemon}").exists():
+                break
+            time.sleep(0.05)
+        assert not Path(f"/proc/{daemon}").exists(), "the step's daemon outlived the stopped run"
+        daemon = None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if daemon is not None:
+            try:
+                os.kill(daemon, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -310,7 +310,8 @@ def _cmd_torture(args: argparse.Namespace) -> int:
     from dbwrap_py import smbtorture
 
     try:
-        configurations = torture_configurations(args.config + args.config_short, args.adapter, args.option)
+        configurations = torture_configurations(args.config + args.config_short + args.config_brief,
+                                                args.adapter, args.option)
     except ValueError as exc:
         print(f"dbwrap-py torture: {exc}", file=sys.stderr)
         return 2
@@ -318,9 +319,17 @@ def _cmd_torture(args: argparse.Namespace) -> int:
         setups = [smbtorture.setup_for("bridge", adapter, stack.enter_context(backend_options(adapter, options)),
                                        persistent_handles=args.persistent_handles)
                   for adapter, options in configurations]
-        short = len(configurations) - len(args.config_short)  # the --config-short ones come last
-        left_out = [smbtorture.LONG_SUITES if n >= short else () for n in range(len(setups))]
+        left_out = torture_left_out(len(setups) - len(args.config_short) - len(args.config_brief),
+                                    len(args.config_short), len(args.config_brief))
         return _compare_torture(args, setups, left_out)
+
+
+def torture_left_out(full: int, short: int, brief: int) -> list[tuple[str, ...]]:
+    """The suites each configuration leaves out, in torture_configurations'
+    order: --config (or --adapter), then --config-short, then --config-brief."""
+    from dbwrap_py import smbtorture
+
+    return [()] * full + [smbtorture.LONG_SUITES] * short + [smbtorture.BRIEF_SUITES] * brief
 
 
 def torture_configurations(configs: Sequence[str], adapter: str,
@@ -957,6 +966,9 @@ def build_parser() -> argparse.ArgumentParser:
     torture.add_argument("--config-short", action="append", default=[], metavar="ADAPTER[,K=V...]",
                          help="as --config, leaving out the three longest suites"
                               " (smb2.oplock, smb2.lease, smb2.durable-open): for slow backends")
+    torture.add_argument("--config-brief", action="append", default=[], metavar="ADAPTER[,K=V...]",
+                         help="as --config-short, also leaving out smb2.lock and smb2.durable-v2-open:"
+                              " for backends whose every record operation is a consensus round")
     torture.add_argument("--parallel", type=int, default=2, metavar="N",
                          help="smbtorture runs at a time, native and bridge together (default 2)")
     torture.add_argument("--persistent-handles", action="store_true",

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from dbwrap_py import smbtorture
-from dbwrap_py.cli import torture_configurations
+from dbwrap_py.cli import torture_configurations, torture_left_out
 from dbwrap_py.samba import SambaSetup
 from dbwrap_py.smbtorture import Comparison, SuiteRun, compare_matrix, suite_table
 
@@ -206,3 +206,16 @@ def test_an_interrupted_matrix_starts_no_queued_run(monkeypatch: pytest.MonkeyPa
     with pytest.raises(KeyboardInterrupt):
         compare_matrix(suites, [bridge("tdb"), bridge("flaky")], parallel=2)
     assert len(started) <= 8, started  # of 30 queued: the 2 workers take a few before the cancel
+
+
+def test_brief_configurations_leave_out_the_long_suites_and_two_more() -> None:
+    """make test's matrix: tdb, etcd with the node cache and rados run every
+    suite; tdb via the proxy and plain etcd leave out the three longest;
+    Cassandra and the fdb model smb2.lock and smb2.durable-v2-open too
+    (make test-torture-matrix-long runs both sets on them)."""
+    left_out = torture_left_out(3, 2, 2)
+    assert left_out[:3] == [(), (), ()]
+    assert left_out[3] == left_out[4] == ("smb2.oplock", "smb2.lease", "smb2.durable-open")
+    assert set(left_out[5]) == set(left_out[6]) == {
+        "smb2.oplock", "smb2.lease", "smb2.durable-open", "smb2.lock", "smb2.durable-v2-open"}
+    assert torture_left_out(1, 0, 0) == [()]  # --adapter alone

@@ -70,10 +70,10 @@ SLOWEST_FIRST = ("smb2.lease", "smb2.oplock", "smb2.create", "smb2.lock", "smb2.
 #: smb2.lock, smb2.durable-v2-open, ...).
 LONG_SUITES = ("smb2.oplock", "smb2.lease", "smb2.durable-open")
 
-#: what a brief configuration leaves out besides (``--config-brief``; make
+#: the suites a brief configuration leaves out (``--config-brief``; make
 #: test runs Cassandra and the fdb model so, make test-full the rest): the
-#: two suites that took longest through a backend whose every record
-#: operation is a consensus round. make test's matrix, clean clones, stop
+#: long ones, and the two that took longest through a backend whose every
+#: record operation is a consensus round. make test's matrix, clean clones, stop
 #: 55: smb2.lock 273 and 177 s through Cassandra and the fdb model (native
 #: 5 s), smb2.durable-v2-open 290 and 262 s (native 21 s), against etcd's 62
 #: and 136 s; with the matrix keeping both cores busy, their CPU delayed

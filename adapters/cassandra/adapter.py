@@ -136,21 +136,15 @@ class CassandraAdapter(TransactionalLeasedAdapter):
 
     def renew_lease(self, key: bytes, token: int, seconds: float) -> bool:
         args = (int(seconds), self.owner, token, *self._pk(key), self.owner, token)
-        try:
-            applied, _ = self.client.lwt("lock renewal", self.cql.renew, args)
-        except cc.OutcomeUnknown:
-            return True  # the next renewal finds out; a lost lease still fences our writes
-        return bool(applied)
+        # unknown: the next renewal finds out; a lost lease still fences our writes
+        return self.client.applied("lock renewal", self.cql.renew, args, unknown=lambda: True)
 
     def fenced_write(self, key: bytes, token: int, value: bytes | None) -> bool:
         return self._locked_write(key, token, value, self.cql.write, "store")
 
     def end_lease(self, key: bytes, token: int, value: bytes | None | Keep = KEEP) -> bool:
-        if value is KEEP:
-            try:
-                self.client.lwt("unlock", self.cql.end, (*self._pk(key), self.owner, token))
-            except cc.OutcomeUnknown:
-                pass  # released or not: a lock of ours left behind ends with its TTL
+        if value is KEEP:  # released or not: a lock of ours left behind ends with its TTL
+            self.client.applied("unlock", self.cql.end, (*self._pk(key), self.owner, token), unknown=lambda: True)
             return True
         return self._locked_write(key, token, value, self.cql.write_end, "store and unlock")
 
@@ -214,22 +208,16 @@ class CassandraAdapter(TransactionalLeasedAdapter):
     # -- transactions (persistent databases: one partition) ----------------------------
 
     def take_transaction_lock(self, token: int, seconds: float) -> bool:
-        try:
-            taken, _ = self.client.lwt("transaction lock", self.cql.txn_take,
-                                       (int(seconds), token, self.owner, self.db))
-        except cc.OutcomeUnknown:
-            taken = self._transaction_row()[0] == token
+        taken = self.client.applied("transaction lock", self.cql.txn_take, (int(seconds), token, self.owner, self.db),
+                                    unknown=lambda: self._transaction_row()[0] == token)
         if taken:
             self._txn_seq = self._transaction_row()[2]
-        return bool(taken)
+        return taken
 
     def renew_transaction_lock(self, token: int, seconds: float) -> bool:
-        try:
-            renewed, _ = self.client.lwt("transaction lock renewal", self.cql.txn_renew,
-                                         (int(seconds), token, self.owner, self.db, token))
-        except cc.OutcomeUnknown:
-            renewed = self._transaction_row()[0] == token
-        return bool(renewed)
+        return self.client.applied("transaction lock renewal", self.cql.txn_renew,
+                                   (int(seconds), token, self.owner, self.db, token),
+                                   unknown=lambda: self._transaction_row()[0] == token)
 
     def _transaction_row(self) -> tuple[int | None, int | None, int]:
         """The partition's transaction lock, this process's last commit id and seq, at SERIAL."""
@@ -255,10 +243,8 @@ class CassandraAdapter(TransactionalLeasedAdapter):
         return bool(applied)
 
     def release_transaction_lock(self, token: int) -> None:
-        try:
-            self.client.lwt("cancel", self.cql.txn_cancel, (self.db, token))
-        except cc.OutcomeUnknown:
-            pass  # a lock left behind ends with its TTL
+        # unknown: a lock left behind ends with its TTL
+        self.client.applied("cancel", self.cql.txn_cancel, (self.db, token), unknown=lambda: True)
 
     # -- opening a volatile database (dbwrap_py.openers; the store's side: openers.py) ---
 

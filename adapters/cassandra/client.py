@@ -310,6 +310,14 @@ class Client:
         no answer came within ``timeout``, default op_timeout)."""
         return self._conditional(what, lambda: self._bound(cql, args), timeout)
 
+    def applied(self, what: str, cql: str, args: Sequence[Any], unknown: Callable[[], bool]) -> bool:
+        """Whether a conditional statement was applied; when its outcome is
+        unknown, ``unknown()`` says (a read at SERIAL, or a lock's TTL ends it)."""
+        try:
+            return self.lwt(what, cql, args)[0]
+        except OutcomeUnknown:
+            return unknown()
+
     def batch(self, what: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[bool, Any]:
         """A conditional single-partition batch: (applied, the row returned)."""
         from cassandra.query import BatchStatement, BatchType

@@ -84,11 +84,8 @@ class CassandraNodeStore(NodeStore):
         return granted if applied else 0.0  # not applied: expired, and it stays so
 
     def revoke(self, lease: NodeLease) -> None:
-        try:
-            self.client.lwt("revoke", f"DELETE FROM {self.config.keyspace}.nodes WHERE name = ? IF lease = ?",
-                            (self._node.decode(), lease.id))
-        except cc.OutcomeUnknown:
-            pass  # it expires by itself
+        self.client.applied("revoke", f"DELETE FROM {self.config.keyspace}.nodes WHERE name = ? IF lease = ?",
+                            (self._node.decode(), lease.id), unknown=lambda: True)  # unknown: it expires by itself
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
         cql = f"SELECT db, k, asked FROM {self.config.keyspace}.requests WHERE node = ?"

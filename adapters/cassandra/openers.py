@@ -90,13 +90,10 @@ class CassandraOpeners:
     def _take_open_lock(self, lock: int, deadline: float) -> None:
         """The ``opening`` LWT lock of the database's row, tried again until ``deadline``."""
         for _ in retry_until(deadline, cc.CONTENDED):
-            try:
-                applied, _ = self.client.lwt("open", f"UPDATE {self.ks}.databases USING TTL ? "
-                                             "SET opening = ? WHERE db = ? IF opening = null",
-                                             (max(int(self.config.op_timeout), 1), lock, self.name))
-            except cc.OutcomeUnknown:  # contended Paxos: read who holds it
-                applied = self._open_row().opening == lock
-            if applied:
+            ttl = max(int(self.config.op_timeout), 1)
+            if self.client.applied("open", f"UPDATE {self.ks}.databases USING TTL ? SET opening = ? "
+                                   "WHERE db = ? IF opening = null", (ttl, lock, self.name),
+                                   unknown=lambda: self._open_row().opening == lock):  # contended Paxos: who holds it
                 return
         raise Timeout(f"{self.name}: another opener held the open lock past op_timeout")
 
@@ -108,12 +105,8 @@ class CassandraOpeners:
 
     def _set_open_row(self, assignments: str, args: tuple[Any, ...], done: Any) -> None:
         """Change the database's row while the open lock is still ours."""
-        try:
-            applied, _ = self.client.lwt("open", f"UPDATE {self.ks}.databases SET {assignments} "
-                                         "WHERE db = ? IF opening = ?", (*args, self.name, self._lock))
-        except cc.OutcomeUnknown:
-            applied = done(self._open_row())
-        if not applied:
+        if not self.client.applied("open", f"UPDATE {self.ks}.databases SET {assignments} WHERE db = ? IF opening = ?",
+                                   (*args, self.name, self._lock), unknown=lambda: done(self._open_row())):
             raise Timeout(f"{self.name}: the open lock expired before the open was done (op_timeout)")
 
     def _let_open_lock_go(self, lock: int, deadline: float) -> None:

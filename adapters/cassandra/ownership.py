@@ -161,10 +161,8 @@ class CassandraOwnership(ServedOwnership):
             return False
         ttl = request_ttl(self.op_timeout)
         if rows[0].remaining is not None and rows[0].remaining * 2 <= ttl and self.leases.of({requester_lease}):
-            try:
-                self.client.lwt("release request kept", self.cql.keep, (ttl, rows[0].asked, *where, rows[0].asked))
-            except cc.OutcomeUnknown:
-                pass  # looked at again on the next poll
+            self.client.applied("release request kept", self.cql.keep, (ttl, rows[0].asked, *where, rows[0].asked),
+                                unknown=lambda: True)  # unknown: looked at again on the next poll
         return True
 
     def served(self, node: bytes, key: bytes) -> None:
@@ -206,10 +204,8 @@ class CassandraOwnership(ServedOwnership):
         pk = self._pk(key, self._current())
         rows = self.client.run("let go", self.cql.row, pk)
         if rows and rows[0].held is not None and parse_holder(rows[0].holder) == (node, lease):
-            try:
-                self.client.lwt("let go", self.cql.unlock, (*pk, rows[0].held))
-            except cc.OutcomeUnknown:
-                pass  # a lock of a lease that ends is settled by whoever needs the record
+            # unknown: a lock of a lease that ends is settled by whoever needs the record
+            self.client.applied("let go", self.cql.unlock, (*pk, rows[0].held), unknown=lambda: True)
 
     def release_bucket(self, bucket: int, token: int, records: Mapping[bytes, bytes | None]) -> bool:
         where = self._partition(bucket, generation_of(token))

@@ -276,7 +276,7 @@ STEPS = $(PYTHON) scripts/steps.py
 
 # The inner loop: the build, the C suite, the Python tests that start no
 # server, and the conformance table on tdb.
-check: all ## the inner loop (about 25 s): C suite, unit tests, conformance on tdb
+check: all ## the inner loop (about a minute): C suite, unit tests, conformance on tdb
 	@$(STEPS) --title "make check" --logs $(RESULTS)/check "test-c test-conformance-tdb" "test-python-unit"
 
 # Every check. Two lanes side by side: the smbtorture matrix (each run

@@ -74,8 +74,13 @@ class FakeStore:
 def openers() -> Iterator[Openers]:
     service = Openers(name="test openers")
     yield service
+    thread = service.renewal_thread()
     for registration in service.registrations():
         service.leave(registration)
+    # it ends once it wakes to no registrations: the next test counts threads by this name
+    if thread is not None:
+        thread.join(5)
+        assert not thread.is_alive(), "the renewal thread outlived its last registration"
 
 
 def wait_for(condition, seconds: float = 5.0) -> None:

@@ -89,8 +89,8 @@ class CassandraOpeners:
 
     def _take_open_lock(self, lock: int, deadline: float) -> None:
         """The ``opening`` LWT lock of the database's row, tried again until ``deadline``."""
+        ttl = max(int(self.config.op_timeout), 1)
         for _ in retry_until(deadline, cc.CONTENDED):
-            ttl = max(int(self.config.op_timeout), 1)
             if self.client.applied("open", f"UPDATE {self.ks}.databases USING TTL ? SET opening = ? "
                                    "WHERE db = ? IF opening = null", (ttl, lock, self.name),
                                    unknown=lambda: self._open_row().opening == lock):  # contended Paxos: who holds it

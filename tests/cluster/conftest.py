@@ -34,6 +34,10 @@ CONFIGURATIONS = {
     "etcd": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                     adapter_options={"node_cache": "yes"}),
+    # proxy mode: a node daemon per node, smbd reaching the node cache's records itself
+    "etcd-proxy-node-cache": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
+                                          adapter_options={"node_cache": "yes", "transport": "proxy",
+                                                           "proxy_fastpath": "yes"}),
     **{f"{name}{suffix}": ClusterSetup(adapter=adapter, databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                        adapter_options={**options, **cache})
        for name, adapter, options in (("rados", "rados", {}), ("cassandra", "cassandra", {}),

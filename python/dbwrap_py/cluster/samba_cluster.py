@@ -178,6 +178,7 @@ class SambaCluster(StartStop):
         self.ctdb = CtdbCluster(self.root, self.setup.nodes, network=self.network)
         self.sambas: list[ThrowawaySamba] = []
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
+        self.daemons: list[object] = []  # ProxyDaemonProcess per node, with transport=proxy
         self.backend_options: dict[str, str] = {}
         #: the backend's replicas, with ClusterSetup.replicas
         self.replicas: BackendReplicas | None = None
@@ -345,7 +346,21 @@ class SambaCluster(StartStop):
                                              command_prefix=node.network.exec_prefix() if node.network else (),
                                              metrics_port=self._agent_metrics_port(node))
                     self.agents.append(stack.enter_context(agent))
+            self._start_daemons(stack, reach)
             yield reach
+
+    def _start_daemons(self, stack: contextlib.ExitStack, reach: dict[str, str]) -> None:
+        """With ``transport=proxy``, a node daemon per node (proxy mode: one
+        store session per node, whatever the number of smbd processes)."""
+        if reach.get("transport") != "proxy" or reach.get("proxy_socket"):
+            return
+        if self.network is not None:
+            raise ClusterError("transport=proxy runs the node daemons in the caller's namespace: "
+                               "not with a network profile")
+        from dbwrap_py.proxy.process import ProxyDaemonProcess  # its own threads: only when asked
+        for node in self.ctdb.nodes:
+            daemon = ProxyDaemonProcess(socket_path=self.root / f"proxy{node.pnn}.sock")
+            self.daemons.append(stack.enter_context(daemon))
 
     def _agent_metrics_port(self, node: CtdbNode) -> str | None:
         """The agent's --metrics-port with ClusterSetup.agent_metrics: a free
@@ -367,6 +382,8 @@ class SambaCluster(StartStop):
         options = {"cluster_name": "file", **self.backend_options}
         if self.agents:
             options["node_cache_dir"] = str(self.agents[node.pnn].cache_dir)  # type: ignore[attr-defined]
+        if self.daemons:
+            options["proxy_socket"] = str(self.daemons[node.pnn].socket_path)  # type: ignore[attr-defined]
         share = dict(CONTINUOUSLY_AVAILABLE) if persistent else {}
         if node.network is not None:
             # every address of the namespace: the public one comes and goes

@@ -19,11 +19,13 @@ import pytest
 
 from dbwrap_py import ntstatus as nt
 from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST
+from dbwrap_py.nodecache import cache as cache_module
 from dbwrap_py.nodecache.agent import NodeAgentProcess
 from dbwrap_py.nodecache.cache import local_files
 from dbwrap_py.proxy.client import ConnectionClosed, ProxyClient, ProxyError
 from dbwrap_py.proxy import wire
 from dbwrap_py.proxy.daemon import ProxyDaemonProcess
+from dbwrap_py.retry import Backoff
 from dbwrap_py.servers import pause_process
 
 from test_etcd import Child
@@ -225,6 +227,43 @@ def test_move_in_under_a_held_chainlock_says_not_yet_at_once(backend, nodes, nam
             assert client.move_in(db, b"held") is True
             assert owned_here(here, b"held") is not None
     finally:
+        here.close()
+
+
+def test_move_in_of_a_record_another_node_holds_goes_to_the_store_once_per_pause(backend, nodes, name,
+                                                                                monkeypatch):
+    """Every waiting process of a node asks MOVE_IN on its own: after a take
+    that met a holder, the next waits TAKE_WAIT's pause, so the store sees
+    one waiter per node and key; once the record is free it moves in."""
+    a, b = nodes
+    monkeypatch.setattr(cache_module, "TAKE_WAIT", Backoff(0.4, 0.4))  # held back 0.2-0.4 s
+    here = open_on(backend, a, name)
+    on_b = open_on(backend, b, name)
+    try:
+        cache = here.adapter.cache
+        takes = []
+        take = cache.ownership.take
+        monkeypatch.setattr(cache.ownership, "take", lambda *args: takes.append(args) or take(*args))
+        put(on_b, b"hot", b"from b")
+        on_b.lock(b"hot")
+        try:
+            started = time.monotonic()
+            asked = [cache.move_in(b"hot") for _ in range(50)]
+            assert time.monotonic() - started < 0.2, "the 50 asks took too long for this test to say anything"
+            assert asked == [False] * 50
+            assert len(takes) == 1, f"{len(takes)} takes went to the store for 50 asks within one pause"
+            time.sleep(0.45)
+            assert cache.move_in(b"hot") is False
+            assert len(takes) == 2, "after the pause the next ask goes to the store again"
+        finally:
+            on_b.unlock(b"hot", b"written on b")
+        deadline = time.monotonic() + TIMEOUT
+        while not cache.move_in(b"hot"):
+            assert time.monotonic() < deadline, "the record never moved in"
+            time.sleep(0.01)
+        assert owned_here(here, b"hot")[3] == b"written on b"
+    finally:
+        on_b.close()
         here.close()
 
 

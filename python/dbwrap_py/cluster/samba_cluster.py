@@ -354,12 +354,10 @@ class SambaCluster(StartStop):
         store session per node, whatever the number of smbd processes)."""
         if reach.get("transport") != "proxy" or reach.get("proxy_socket"):
             return
-        if self.network is not None:
-            raise ClusterError("transport=proxy runs the node daemons in the caller's namespace: "
-                               "not with a network profile")
         from dbwrap_py.proxy.process import ProxyDaemonProcess  # its own threads: only when asked
-        for node in self.ctdb.nodes:
-            daemon = ProxyDaemonProcess(socket_path=self.root / f"proxy{node.pnn}.sock")
+        for node in self.ctdb.nodes:  # in the node's namespace, as its agent: it reaches the store from there
+            daemon = ProxyDaemonProcess(socket_path=self.root / f"proxy{node.pnn}.sock",
+                                        command_prefix=node.network.exec_prefix() if node.network else ())
             self.daemons.append(stack.enter_context(daemon))
 
     def _agent_metrics_port(self, node: CtdbNode) -> str | None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -26,7 +27,8 @@ class ProxyDaemonProcess:
     """
 
     def __init__(self, socket_path: str | Path | None = None, group: str | None = None,
-                 config: str | Path | None = None, metrics_port: str | None = None) -> None:
+                 config: str | Path | None = None, metrics_port: str | None = None,
+                 command_prefix: Sequence[str] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="dbwrap-py-proxy-"))
         self.socket_path = str(socket_path or self.dir / "proxy.sock")
         self.group = group
@@ -34,6 +36,8 @@ class ProxyDaemonProcess:
         self.config = str(config) if config is not None else None
         #: the daemon's --metrics-port ([ADDR:]PORT; "0": any free port); None: no metrics
         self.metrics_port = metrics_port
+        #: what the daemon's command runs under (a cluster node's network namespace)
+        self.command_prefix = list(command_prefix)
         self.log = self.dir / "daemon.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -60,7 +64,8 @@ class ProxyDaemonProcess:
                 *(["--config", self.config] if self.config else []),
                 *(["--metrics-port", self.metrics_port] if self.metrics_port is not None else [])]
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(dying_with_parent(argv), stdin=subprocess.DEVNULL, stdout=log,
+            self.process = subprocess.Popen(dying_with_parent([*self.command_prefix, *argv]),
+                                            stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=log, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self._accepts():

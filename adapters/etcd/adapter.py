@@ -127,7 +127,7 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         session = self._session = _session_for(self.config)
         session.users += 1
         self._owner = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:12]}".encode()
-        if not self.spec.persistent:
+        if not self.spec.persistent and self._registration is None:  # kept in a child its parent's covers
             self._join_openers(session)
         return session
 
@@ -138,7 +138,8 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
 
         store = EtcdOpeners(self.keys, session, lambda: session.lease(self._deadline(), self._count), call,
                             self._owner)
-        self._registration = OPENERS.open(store, bool(self.spec.tdb_flags & TDB_CLEAR_IF_FIRST))
+        self._registration = OPENERS.open(store, bool(self.spec.tdb_flags & TDB_CLEAR_IF_FIRST),
+                                          covers_children=self.spec.node is not None)
         self.wipe_revision = store.wipe_revision
 
     def _deadline(self) -> float:
@@ -245,7 +246,8 @@ class EtcdAdapter(RecordLocks, TransactionSteps, TransactionalLeasedAdapter):
         self._pid = -1
         self._revisions.clear()
         self._tries = None
-        self._registration = None  # the parent's (dbwrap_py.openers leaves it to the parent)
+        if self._registration is not None and not self._registration.covers_child():
+            self._registration = None  # the parent's (dbwrap_py.openers leaves it to the parent)
 
     def close(self) -> None:
         if self._closed:

@@ -53,6 +53,9 @@ class DatabaseSpec:
     dbwrap_flags: int = 0
     #: option cluster_name = file: named by the file alone (see cluster_name)
     named_by_file: bool = False
+    #: set by the framework, not smbd: the name of the node whose agent
+    #: serves this volatile database's node cache as it opens; None without one
+    node: bytes | None = None
 
     @property
     def persistent(self) -> bool:

@@ -11,6 +11,7 @@ AdapterContractError (an NTSTATUS), never a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -19,7 +20,7 @@ from dbwrap_py._records import Records
 from dbwrap_py.adapter import Adapter, DatabaseSpec
 from dbwrap_py.nodecache.adapter import OPTIONS_SCHEMA as NODE_CACHE_OPTIONS
 from dbwrap_py.nodecache.adapter import CachedAdapter, node_cache_mode, supports_node_cache
-from dbwrap_py.nodecache.adapter import ready_cache_dir
+from dbwrap_py.nodecache.adapter import ready_cache_dir, serving_node
 from dbwrap_py.errors import (
     AdapterContractError,
     ConfigError,
@@ -286,6 +287,8 @@ def open_database(
         raise ConfigError(f"adapter {adapter_name!r}: {exc}") from None
     spec = DatabaseSpec(name, hash_size, tdb_flags, open_flags, mode, lock_order, dbwrap_flags, by_file)
     cache_dir = ready_cache_dir(parsed, name) if cache_mode is not None and not spec.persistent else None
+    if cache_dir is not None:
+        spec = dataclasses.replace(spec, node=serving_node(cache_dir))
     adapter = cls(spec, parsed)
     if cache_mode is not None and cache_dir is not None:
         adapter = CachedAdapter(adapter, cache_mode, cache_dir)

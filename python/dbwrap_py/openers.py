@@ -27,6 +27,16 @@ adapter:
   registration left in a child is not the child's to remove.
 
 A killed opener counts as open until its registration expires.
+
+A registration may cover its process's forked children
+(``covers_children``): they are openers through it and never register
+themselves, as tdb covers smbd's children (``tdb_reopen_all(parent_longlived)``
+takes no CLEAR_IF_FIRST lock in them: the long-lived parent is the opener).
+Adapters ask for it where a node agent serves the database's node cache
+(``DatabaseSpec.node``): the children then need no lease, no renewal and no
+round trip to open, so the store's work grows with smbd's parents, one a
+node, not with its processes. A child outliving its parent is then not
+counted, as in tdb.
 """
 
 from __future__ import annotations
@@ -104,6 +114,13 @@ class Registration:
     pid: int
     #: this open was the first: it wiped the database (TDB_CLEAR_IF_FIRST)
     first: bool = False
+    #: the process's forked children are openers through this registration
+    covers_children: bool = False
+
+    def covers_child(self) -> bool:
+        """In a forked child: is it an opener through this registration of
+        its parent's (then it must not register again), or must it join anew?"""
+        return self.covers_children and self.pid != os.getpid()
 
 
 @dataclasses.dataclass
@@ -137,20 +154,23 @@ class Openers:
 
     # -- what adapters call ---------------------------------------------------
 
-    def open(self, store: OpenerStore | AtomicOpenerStore, clear_if_first: bool) -> Registration:
-        """Join the database's openers; the first one wipes it if ``clear_if_first``."""
+    def open(self, store: OpenerStore | AtomicOpenerStore, clear_if_first: bool,
+             covers_children: bool = False) -> Registration:
+        """Join the database's openers; the first one wipes it if
+        ``clear_if_first``. ``covers_children``: this process's forked
+        children are openers through this registration (see the module)."""
         if isinstance(store, AtomicOpenerStore):
             opener = secrets.randbits(63)
             first = store.open_atomically(opener, clear_if_first)
-            return self._keep(Registration(store, opener, os.getpid(), first))
+            return self._keep(Registration(store, opener, os.getpid(), first, covers_children))
         with store.exclusive():
             first = clear_if_first and not store.others_open()
             store.opened(first)
-            return self.join(store, first)
+            return self.join(store, first, covers_children)
 
-    def join(self, store: OpenerStore, first: bool = False) -> Registration:
+    def join(self, store: OpenerStore, first: bool = False, covers_children: bool = False) -> Registration:
         """Register a new opener of ``store``'s database and keep it renewed."""
-        registration = Registration(store, secrets.randbits(63), os.getpid(), first)
+        registration = Registration(store, secrets.randbits(63), os.getpid(), first, covers_children)
         store.register(registration.opener)
         return self._keep(registration)
 

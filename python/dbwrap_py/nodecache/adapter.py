@@ -88,6 +88,20 @@ def ready_cache_dir(options: Options, database: str) -> str:
     return directory
 
 
+def serving_node(directory: str) -> bytes | None:
+    """The name of the node whose agent serves ``directory`` now
+    (``DatabaseSpec.node``); None when none does, or it is draining or its
+    lease is not surely alive."""
+    state = NodeState(directory)
+    try:
+        if not state.configured():
+            return None
+        lease, name = state.current()
+        return name if lease else None
+    finally:
+        state.close()
+
+
 class NoWriteBackCache(NotSupported):
     """The database has no write-back node cache: smbd's fast path asks
     every database it opens (the option is on by default), so this is a

@@ -388,11 +388,13 @@ def bench_options(nprocs: int, seconds: int) -> list[str]:
     return [f"torture:timelimit={seconds}", f"torture:nprocs={nprocs}"]
 
 
-def path_contention(samba: ThrowawaySamba, nprocs: int, seconds: int) -> Rates:
+def path_contention(samba: ThrowawaySamba, nprocs: int, seconds: int,
+                    on_running: Callable[[], None] | None = None) -> Rates:
     """smb2.bench.path-contention-shared against a running throwaway Samba;
-    a failed or hung run comes back with its cause."""
+    a failed or hung run comes back with its cause. ``on_running``: as for
+    ``path_contention_unclist``."""
     command = torture_command(samba, BENCH, *bench_options(nprocs, seconds))
-    return _measure(command, [samba], samba.root, point_timeout(nprocs, seconds))
+    return _measure(command, [samba], samba.root, point_timeout(nprocs, seconds), on_running)
 
 
 def unclist_command(sambas: Sequence[ThrowawaySamba], unclist: Path, test: str,

@@ -317,7 +317,8 @@ class Sweep:
                 continue
             self.events.start(label, n)
             with MemoryWatch(read=self.meminfo) as watch:
-                point, rates = measure_with(lambda: self._workload(cluster, n), label, n, round_index, counters)
+                point, rates = measure_with(lambda on_running: self._workload(cluster, n, on_running), label, n,
+                                            round_index, counters)
             self.guards[label].learn(n, watch.used_kib)
             self.results.points.append(point)
             self.events.point(point)
@@ -325,10 +326,13 @@ class Sweep:
                 kind, why = failure(rates, n)
                 self.results.stop(label, Stop(n, round_index, kind, why, point.failure_lines()))
 
-    def _workload(self, cluster: SambaCluster, n: int) -> Rates:
+    def _workload(self, cluster: SambaCluster, n: int, on_running: Callable[[], None]) -> Rates:
+        """One point's smbtorture; ``on_running`` once its clients are all
+        connected (path-contention-shared; own-files runs several
+        smbtortures, and its readings include their connects)."""
         if self.workload == OWN_FILES:
             return own_files(cluster.sambas, cluster.root, n, self.seconds)
-        return path_contention_unclist(cluster.sambas, cluster.root, n, self.seconds)
+        return path_contention_unclist(cluster.sambas, cluster.root, n, self.seconds, on_running)
 
     def reason_to_skip(self, label: str, nprocs: int, round_index: int) -> str:
         """Why ``label`` is not measured at ``nprocs`` now, or ''."""

@@ -163,19 +163,27 @@ def measure(samba: ThrowawaySamba, label: str, nprocs: int, seconds: int,
             round_index: int, counters: Callable[[], dict[str, int]] = dict) -> Point:
     """One point; a failed or hung run gives a failed point with its cause.
     ``counters`` gives the backend's request counters before and after."""
-    point, _ = measure_with(lambda: path_contention(samba, nprocs, seconds), label, nprocs,
-                            round_index, counters)
+    point, _ = measure_with(lambda on_running: path_contention(samba, nprocs, seconds, on_running), label,
+                            nprocs, round_index, counters)
     return point
 
 
-def measure_with(run: Callable[[], Rates], label: str, nprocs: int, round_index: int,
+def measure_with(run: Callable[[Callable[[], None]], Rates], label: str, nprocs: int, round_index: int,
                  counters: Callable[[], Mapping[str, float]] = dict) -> tuple[Point, Rates]:
     """The point of one smbtorture ``run`` (and its rates), with what
     ``counters`` counts (the backend's requests, CPU time, ...) per
-    open+close, from readings before and after."""
-    before = counters()
-    rates = run()
+    open+close, from readings before and after. ``run`` is given a callback
+    to call once every client is connected (smbtorture's RUNNING): the
+    first reading is taken again then, so the clients' connects, which
+    smbtorture's rate leaves out, do not count against the opens."""
+    readings = {"before": counters()}
+
+    def on_running() -> None:
+        readings["before"] = counters()
+
+    rates = run(on_running)
     after = counters()
+    before = readings["before"]
     point = _point(label, nprocs, rates)
     point.round_index = round_index
     opens = sum(rates.opens)

@@ -89,6 +89,11 @@ CHECK_BIN  := $(BUILD)/dbwrap_check
 CHECKER_BIN := $(BUILD)/linearizability
 BENCH_BIN  := $(BUILD)/bench_bridge
 MICRO_BIN  := $(BUILD)/bench_micro
+# make bench-elastic's SMB client: opens/s in bins of any width
+OPEN_LOOP_BIN := $(BUILD)/smb_open_loop
+# recursive: evaluated in the recipe, after deps has installed libsmbclient-dev
+SMBCLIENT_CFLAGS = $(shell pkg-config --cflags smbclient)
+SMBCLIENT_LIBS   = $(shell pkg-config --libs smbclient)
 RESULTS    := results
 # What the C build depends on first; the package's build (make package-build)
 # empties it: dpkg-buildpackage has checked the Build-Depends already.
@@ -248,6 +253,13 @@ $(BENCH_BIN): bench/bench_bridge.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 		-L$(BUILD) -ldbwrap_py $(SAMBA_DBWRAP_LIB) \
 		$(SAMBA_LIBS) $(PY_LDFLAGS) \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(SAMBA_LIBDIR)
+
+# On libsmbclient only (no bridge): bench-elastic builds it, not all.
+$(OPEN_LOOP_BIN): bench/smb_open_loop.c | $(DEPS)
+	@pkg-config --exists smbclient || { echo "pkg-config knows no smbclient:" \
+		"libsmbclient-dev is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) $(SMBCLIENT_CFLAGS) -o $@ $< $(SMBCLIENT_LIBS)
 
 $(MICRO_BIN): bench/bench_micro.c $(BRIDGE_HDR) $(BRIDGE_LIB) $(INPROC_LIB)
 	$(CC) $(CFLAGS) $(PY_CFLAGS) -Ic_bridge -o $@ $< \
@@ -725,12 +737,14 @@ bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against 
 	$(VPY) -m dbwrap_py.cli bench cluster --nprocs 1,2,4,8,16,32,64,128,256,512 --time 5 \
 		--rounds 2 --json $(RESULTS)/bench-cluster.json
 
-# Node 2 of three is killed, leaves (ctdb stop) or joins (ctdb continue) while
-# 16 clients run on nodes 0 and 1: their opens/s second by second, ctdb
-# against etcd with the node cache; a fresh cluster per run. ~6 min here.
-bench-elastic: all ## opens/s per second while a node is killed, leaves or joins, ctdb against etcd+cache (~6 min)
+# Node 2 of three is killed or leaves (ctdb stop, then stopped), or a fourth
+# node joins, while 64 clients open and close one file on nodes 0 and 1:
+# their opens/s in 0.5 s bins (build/smb_open_loop), ctdb against every
+# adapter with the node cache; a fresh cluster per run. ~25 min here.
+ELASTIC_ADAPTERS ?= etcd+cache,rados+cache,cassandra+cache,fdb+cache,zookeeper+cache
+bench-elastic: all $(OPEN_LOOP_BIN) ## opens/s in 0.5 s bins while a node is killed, leaves or joins: ctdb and each adapter with the node cache (~25 min)
 	@mkdir -p $(RESULTS)
-	$(VPY) -m dbwrap_py.cli bench elastic --json $(RESULTS)/bench-elastic.json
+	$(VPY) -m dbwrap_py.cli bench elastic --adapters $(ELASTIC_ADAPTERS) --json $(RESULTS)/bench-elastic.json
 
 # 500 path-contention points on etcd with the node cache (1 and 16 connections
 # in turn, one long-lived smbd and node agent); stops at the first failed

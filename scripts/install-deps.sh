@@ -13,7 +13,7 @@ set -eu
 packages="
   build-essential pkg-config
   python3 python3-dev python3-venv python3-wheel python3-setuptools
-  libtalloc-dev libtdb-dev tdb-tools
+  libtalloc-dev libtdb-dev tdb-tools libsmbclient-dev
   samba samba-common-bin samba-vfs-modules samba-testsuite smbclient ctdb iproute2 ethtool nftables
   etcd-server openssl valgrind
   zookeeper python3-kazoo
@@ -42,6 +42,8 @@ packages="
 #   samba-vfs-modules                acl_xattr and streams_xattr, on the test share
 #   samba-testsuite                  smbtorture
 #   smbclient                        smbclient, the tests' SMB client
+#   libsmbclient-dev                 libsmbclient's header and library: build/smb_open_loop,
+#                                    make bench-elastic's SMB client (0.5 s bins)
 #   ctdb                             ctdbd and the ctdb CLI: the three-node cluster
 #                                    (dbwrap_py.cluster), its messaging and its baseline
 #   iproute2                         ip netns, veth and bridge: the cluster's public

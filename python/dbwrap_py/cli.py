@@ -677,15 +677,17 @@ def _cmd_bench_elastic(args: argparse.Namespace) -> int:
     events = elastic.parse_events(args.events)
     elastic.check_timing(args.at, args.time, args.nprocs)
     configs = elastic.chosen(args.adapters, args.option)
-    print(f"3-node Samba cluster, path-contention-shared, {args.nprocs} clients on nodes 0 and 1, "
-          f"{args.time}s; node 2 at {args.at:g}s: {', '.join(events)}; "
-          + ", ".join(c.label for c in configs) + f"\n{elastic.note()}")
+    bin_seconds = 1.0 if args.client == elastic.SMBTORTURE and args.bin is None else args.bin or elastic.DEFAULT_BIN
+    load = elastic.Load(args.nprocs, args.time, args.client, bin_seconds)
+    print(f"3-node Samba cluster, {args.nprocs} clients on nodes 0 and 1, {args.time}s; at {args.at:g}s: "
+          f"{', '.join(events)}; " + ", ".join(c.label for c in configs)
+          + f"\n{elastic.note(load.client, load.bin_seconds)}")
     began = time.monotonic()
-    runs = elastic.run_all(configs, events, args.nprocs, args.time, args.at)
+    runs = elastic.run_all(configs, events, load, args.at)
     elapsed = time.monotonic() - began
     print("\n" + "\n".join(elastic.table_lines(runs)))
     settings = {"nodes": 3, "nprocs": args.nprocs, "seconds": args.time, "at": args.at, "events": events,
-                "elapsed_seconds": round(elapsed)}
+                "client": load.client, "bin_seconds": load.bin_seconds, "elapsed_seconds": round(elapsed)}
     files = elastic.write_results(Path(args.json), runs, configs, settings, args.at)
     print(f"took {elapsed / 60:.1f} min; results: " + ", ".join(map(str, files)))
     return 0 if runs and all(r.ok for r in runs) else 1
@@ -1035,8 +1037,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="comma list, as bench cluster's; ctdb always runs, as the reference")
     elastic.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
                          help="adapter option (repeatable), e.g. etcd:node_cache=yes")
-    elastic.add_argument("--nprocs", type=int, default=16, help="clients, spread over nodes 0 and 1")
-    elastic.add_argument("--time", type=int, default=30, help="seconds smbtorture runs")
+    elastic.add_argument("--nprocs", type=int, default=64, help="clients, spread over nodes 0 and 1")
+    elastic.add_argument("--time", type=int, default=30, help="seconds the clients run")
+    elastic.add_argument("--client", choices=("open-loop", "smbtorture"), default="open-loop",
+                         help="build/smb_open_loop (bins of --bin seconds) or smbtorture's "
+                              "path-contention-shared (1 s samples)")
+    elastic.add_argument("--bin", type=float, default=None,
+                         help="seconds per bin with the open loop (default 0.5)")
     elastic.add_argument("--at", type=float, default=10.0,
                          help="seconds after the clients started when node 2 changes")
     elastic.add_argument("--events", default="kill,leave,join",

@@ -28,6 +28,15 @@ def preload_library() -> Path:
     return path
 
 
+def open_loop_program() -> Path:
+    """build/smb_open_loop, make bench-elastic's SMB client (bench/smb_open_loop.c)."""
+    path = build_dir() / "smb_open_loop"
+    if not path.exists():
+        raise ConfigError(f"{path} is missing: run make build/smb_open_loop "
+                          "(it needs libsmbclient-dev, which make deps installs)")
+    return path
+
+
 def bridge_environment() -> dict[str, str]:
     """This process's environment for a bridged child (smbd, the conformance
     driver): the bridge embeds the venv running us, unless DBWRAP_PY_VENV

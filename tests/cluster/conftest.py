@@ -9,6 +9,7 @@ PID, that every process the cluster had before stop() is gone after it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
@@ -115,6 +116,18 @@ def _running(setup: ClusterSetup) -> Iterator[SambaCluster]:
 @pytest.fixture(scope="module", params=list(CONFIGURATIONS))
 def cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
     with _running(CONFIGURATIONS[request.param]) as running:
+        yield running
+
+
+#: the configurations a node joins and leaves (test_membership.py): each
+#: with a spare fourth node, listed in ctdb's nodes file, not started
+MEMBERSHIP_CONFIGURATIONS = {name: dataclasses.replace(CONFIGURATIONS[name], spare_nodes=1)
+                             for name in ("ctdb", "etcd-node-cache")}
+
+
+@pytest.fixture(scope="module", params=list(MEMBERSHIP_CONFIGURATIONS))
+def membership_cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
+    with _running(MEMBERSHIP_CONFIGURATIONS[request.param]) as running:
         yield running
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dbwrap_py.bench import elastic
-from dbwrap_py.bench.elastic import CONTINUE, JOIN, KILL, LEAVE, STOP, Run, Step, analyse, schedule
+from dbwrap_py.bench.elastic import JOIN, KILL, LEAVE, Run, Step, analyse, schedule
 from dbwrap_py.cli import build_parser
 from dbwrap_py.errors import ConfigError
 from dbwrap_py.smbtorture import parse_rates
@@ -53,6 +53,28 @@ def test_a_second_counts_before_the_event_when_most_of_it_is():
     assert a.before == 10 and a.worst == 2  # the second ending at 3 is mostly after 2.4
 
 
+def test_half_second_bins_give_the_longest_window_under_half_the_rate():
+    halves = [0.5 * i for i in range(1, 17)]  # bins ending 0.5 ... 8.0
+    #        first second (left out)  before the event at 4 s      after it
+    opens = [50, 60, 1000, 1000, 1000, 1000, 1000, 1000,
+             400, 1000, 300, 200, 100, 1000, 950, 1000]
+    a = analyse(halves, opens, at=4, bin_seconds=0.5)
+    assert a.before == 1000  # the first second's two bins left out
+    assert a.stall_seconds == 2.0  # four bins under 500
+    assert a.longest_stall_seconds == 1.5  # 300, 200, 100 in a row
+    assert a.recovery_seconds == 0.5  # back (1000, the bin ending at 5.0) after the first dip
+    one_second = analyse(seconds(8), [1000] * 4 + [100, 1000, 100, 100], at=4)
+    assert one_second.longest_stall_seconds == 2.0 and one_second.stall_seconds == 3.0
+
+
+def test_the_load_refuses_what_its_client_cannot_do():
+    assert elastic.Load(64, 30).bin_seconds == 0.5
+    with pytest.raises(ConfigError, match="--bin 1"):
+        elastic.Load(64, 30, elastic.SMBTORTURE, 0.5)
+    with pytest.raises(ConfigError, match="--client"):
+        elastic.Load(64, 30, "curl")
+
+
 def test_no_second_before_or_after_the_event_gives_no_analysis():
     assert analyse(seconds(3), [1, 2, 3], at=3) is None
     assert analyse([], [], at=3) is None
@@ -66,9 +88,10 @@ def test_smbtortures_labels_become_the_samples_seconds():
 
 
 def test_each_event_has_its_steps_those_before_the_clients_first():
-    assert schedule(KILL, 10) == [Step(KILL, 10)]
-    assert schedule(LEAVE, 10) == [Step(STOP, 10)]
-    assert schedule(JOIN, 7.5) == [Step(STOP, None), Step(CONTINUE, 7.5)]
+    assert schedule(KILL, 10) == [Step(KILL, 10, 2)]
+    assert schedule(LEAVE, 10) == [Step(LEAVE, 10, 2)]
+    assert schedule(JOIN, 7.5) == [Step(JOIN, 7.5, 3)]  # a fourth node, kept spare until then
+    assert [elastic.spare_nodes(e) for e in (KILL, LEAVE, JOIN)] == [0, 0, 1]
     with pytest.raises(ConfigError, match="unknown event"):
         schedule("reboot", 1)
 
@@ -93,7 +116,8 @@ def test_the_event_needs_a_second_before_and_after_it():
 def test_the_command_line_defaults_and_options():
     args = build_parser().parse_args(["bench", "elastic"])
     assert (args.adapters, args.nprocs, args.time, args.at, args.events) == (
-        "etcd+cache", 16, 30, 10.0, "kill,leave,join")
+        "etcd+cache", 64, 30, 10.0, "kill,leave,join")
+    assert (args.client, args.bin) == ("open-loop", None)
     args = build_parser().parse_args(["bench", "elastic", "--adapters", "rados", "-o", "rados:objects=8",
                                       "--nprocs", "8", "--time", "20", "--at", "6", "--events", "kill,join"])
     assert (args.nprocs, args.time, args.at, args.events) == (8, 20, 6.0, "kill,join")
@@ -117,7 +141,7 @@ def runs() -> list[Run]:
 def test_the_table_has_a_row_per_run_and_marks_a_failure():
     lines = elastic.table_lines(runs())
     assert lines[0].split()[:2] == ["event", "configuration"]
-    assert lines[1].split() == ["kill", "ctdb", "10", "2", "1", "1", "s"]
+    assert lines[1].split() == ["kill", "ctdb", "10", "2", "1", "1", "1", "s"]
     assert lines[2].endswith("FAILED") and " - " in lines[2]
 
 
@@ -132,37 +156,36 @@ def test_the_results_keep_every_run_and_its_cause_and_chart_the_samples(tmp_path
     assert data["bins"].startswith("1 s")
 
 
-class FakeNode:
-    def __init__(self, calls: list, pnn: int) -> None:
-        self.calls, self.pnn = calls, pnn
-
-    def ctdb(self, *args: str, **_: object) -> str:
-        self.calls.append((self.pnn, "ctdb", *args))
-        return ""
-
-
 class FakeCluster:
     def __init__(self) -> None:
         self.calls: list = []
-        self.ctdb = type("Ctdb", (), {"nodes": [FakeNode(self.calls, pnn) for pnn in range(3)]})()
 
     def kill_node(self, pnn: int) -> None:
         self.calls.append((pnn, "kill"))
 
+    def leave_node(self, pnn: int) -> None:
+        self.calls.append((pnn, "leave"))
 
-def test_each_action_reaches_the_changing_node():
+    def join_node(self, pnn: int) -> None:
+        self.calls.append((pnn, "join"))
+
+
+def test_each_action_reaches_its_node():
     cluster = FakeCluster()
-    for action in (KILL, STOP, CONTINUE):
-        elastic.perform(cluster, action)
-    assert cluster.calls == [(2, "kill"), (2, "ctdb", "stop"), (2, "ctdb", "continue")]
+    for event in (KILL, LEAVE, JOIN):
+        for step in schedule(event, 1):
+            elastic.perform(cluster, step)
+    assert cluster.calls == [(2, "kill"), (2, "leave"), (3, "join")]
+    with pytest.raises(ConfigError, match="unknown action"):
+        elastic.perform(cluster, Step("reboot", 1))
 
 
-def test_the_timer_runs_the_timed_steps_only_and_keeps_a_failure():
+def test_the_timer_runs_each_step_and_keeps_a_failure():
     cluster = FakeCluster()
-    timer = elastic.EventTimer(cluster, [Step(STOP), Step(CONTINUE, 0)])
+    timer = elastic.EventTimer(cluster, [Step(JOIN, 0, 3)])
     timer.start()
     timer.join()
-    assert cluster.calls == [(2, "ctdb", "continue")] and timer.error == ""
+    assert cluster.calls == [(3, "join")] and timer.error == ""
 
     def broken(pnn: int) -> None:
         raise RuntimeError("no such node")
@@ -171,7 +194,7 @@ def test_the_timer_runs_the_timed_steps_only_and_keeps_a_failure():
     timer = elastic.EventTimer(cluster, [Step(KILL, 0)])
     timer.start()
     timer.join()
-    assert timer.error == "kill on node 2 failed: RuntimeError: no such node"
+    assert timer.error == "kill of node 2 failed: RuntimeError: no such node"
 
 
 def test_smbtortures_running_line_is_seen_as_it_comes(tmp_path):

@@ -75,6 +75,8 @@ USED_FILES = [
     ("/sbin/ip", "the cluster's network namespaces (make test-cluster-torture-failover)"),
     ("/sbin/ethtool", "ctdb's 10.interface: the public interface's link"),
     ("/usr/sbin/nft", "the TCP delay relay's redirect (cluster/tcp_delay.py)"),
+    ("/usr/include/samba-4.0/libsmbclient.h", "build/smb_open_loop, make bench-elastic's SMB client"),
+    (f"/usr/lib/{MULTIARCH}/libsmbclient.so", "build/smb_open_loop links it"),
     ("/usr/include/talloc.h", "the bridge and the tdb adapter's C extension"),
     ("/usr/include/tdb.h", "the bridge and the tdb adapter's C extension"),
     (f"/usr/lib/{MULTIARCH}/libtdb.so", "the bridge and the tdb adapter's C extension link it"),

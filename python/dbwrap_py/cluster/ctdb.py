@@ -197,14 +197,18 @@ class CtdbCluster(StartStop):
     """``nodes`` ctdbds under ``root``, healthy when start() returns."""
 
     def __init__(self, root: Path, nodes: int = 3, start_timeout: float = 90.0,
-                 network: NetnsNetwork | None = None) -> None:
-        """``network``: started, with a namespace per node; its public
-        address is ctdb's to move (IP takeover)."""
-        if not 1 <= nodes <= 254:
-            raise CtdbError(f"{nodes} nodes: 1 to 254 fit on 127.0.0.0/8 here")
+                 network: NetnsNetwork | None = None, spare: int = 0) -> None:
+        """``network``: started, with a namespace per node (``nodes`` +
+        ``spare``); its public address is ctdb's to move (IP takeover).
+        ``spare``: that many more nodes in every node's nodes file, not
+        started (ctdb sees them DISCONNECTED) until join() starts one: a
+        node added to a running cluster, as ctdb adds one that was listed."""
+        if not 1 <= nodes + spare <= 254 or spare < 0:
+            raise CtdbError(f"{nodes} nodes and {spare} spare: 1 to 254 fit on 127.0.0.0/8 here")
         self.root = root
         self.start_timeout = start_timeout
         self.size = nodes
+        self.spare = spare
         self.network = network
         self.nodes: list[CtdbNode] = []
 
@@ -216,14 +220,23 @@ class CtdbCluster(StartStop):
             self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address, self.network.members[pnn])
                           for pnn, address in enumerate(addresses)]
         else:
-            addresses = free_addresses(self.size)
+            addresses = free_addresses(self.size + self.spare)
             self.nodes = [CtdbNode(pnn, self.root / f"ctdb{pnn}", address) for pnn, address in enumerate(addresses)]
         nodes = "".join(f"{address}\n" for address in addresses)
         for node in self.nodes:
             node.write_config(nodes, self.root / "cluster.lock", public)
-        for node in self.nodes:
+        for node in self.nodes[:self.size]:
             node.start()
         self.wait_healthy()
+
+    def join(self, pnn: int, timeout: float | None = None) -> None:
+        """A spare node joins: its ctdbd starts, and this returns once every
+        running node sees it OK and the recovery its arrival starts is done."""
+        node = self.nodes[pnn]
+        if pnn < self.size or node.process is not None:
+            raise CtdbError(f"node {pnn} is not a spare node that never ran")
+        node.start()
+        self.wait_healthy(timeout)
 
     def stop(self) -> None:
         for node in self.alive():  # all at once: each takes seconds to wind down

@@ -119,6 +119,9 @@ class ClusterSetup:
     #: port of their node's address each; agent_counters sums them): the benchmarks' view
     agent_metrics: bool = False
     log_level: int = 1
+    #: that many more nodes (PNNs from ``nodes`` on), in ctdb's nodes file
+    #: but not started until join_node(): nodes added to the running cluster
+    spare_nodes: int = 0
 
 
 #: seconds a node agent has for its first lease: a backend of three replicas
@@ -175,7 +178,7 @@ class SambaCluster(StartStop):
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="dbwrap_py_cluster."))
         self.share_path = self.root / SHARE
         self.network = self._network()
-        self.ctdb = CtdbCluster(self.root, self.setup.nodes, network=self.network)
+        self.ctdb = CtdbCluster(self.root, self.setup.nodes, network=self.network, spare=self.setup.spare_nodes)
         self.sambas: list[ThrowawaySamba] = []
         self.agents: list[object] = []  # NodeAgentProcess per node, with node_cache
         self.daemons: list[object] = []  # ProxyDaemonProcess per node, with transport=proxy
@@ -185,6 +188,9 @@ class SambaCluster(StartStop):
         self._stack = contextlib.ExitStack()
         #: the sessions of every server start() began (see processes.py)
         self._sessions: set[int] = set()
+        self._port = 0  # smbd's, on every node
+        #: with node_cache, the options a node agent gets (a joining node's too)
+        self._agent_options: dict[str, str] | None = None
 
     @property
     def uncs(self) -> list[str]:
@@ -218,13 +224,36 @@ class SambaCluster(StartStop):
         if self.setup.adapter is not None:
             self.backend_options = self._stack.enter_context(self._backend())
         if self.network is not None:
-            port = SMB_PORT
-        else:
-            port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
-        for node in self.ctdb.nodes:
-            samba = ThrowawaySamba(self._samba_setup(node, port), root=self.root / f"smb{node.pnn}")
-            self.sambas.append(samba)
-            samba.start()
+            self._port = SMB_PORT
+        else:  # the spare nodes' addresses too: they take the same port when they join
+            self._port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
+        for node in self.ctdb.nodes[:self.setup.nodes]:
+            self._start_samba(node)
+
+    def _start_samba(self, node: CtdbNode) -> None:
+        samba = ThrowawaySamba(self._samba_setup(node, self._port), root=self.root / f"smb{node.pnn}")
+        self.sambas.append(samba)
+        samba.start()
+
+    def join_node(self, pnn: int) -> None:
+        """Spare node ``pnn`` (ClusterSetup.spare_nodes; the next one in PNN
+        order) joins the running cluster: its ctdbd, once every node sees it
+        OK and ctdb's recovery is done; then its node agent and node daemon
+        (with node_cache and transport=proxy) and its smbd."""
+        if pnn != len(self.sambas) or pnn >= len(self.ctdb.nodes):
+            raise ClusterError(f"node {pnn} cannot join: the next spare node is {len(self.sambas)}"
+                               f" of {len(self.ctdb.nodes)} nodes")
+        before = session_leading_children()
+        try:
+            node = self.ctdb.nodes[pnn]
+            self.ctdb.join(pnn)
+            if self._agent_options is not None:
+                self._start_agent(node, self._stack)
+            if self.daemons:
+                self._start_daemon(node, self._stack)
+            self._start_samba(node)
+        finally:
+            self._sessions |= session_leading_children() - before
 
     def stop(self) -> None:
         """smbd first (it needs ctdbd to wind down), then the node agents,
@@ -281,6 +310,19 @@ class SambaCluster(StartStop):
             self.agents[pnn].stop(signal.SIGKILL)  # type: ignore[attr-defined]
         return had
 
+    def leave_node(self, pnn: int) -> None:
+        """A node leaves cleanly, in ctdb's order: ``ctdb stop`` (ctdb
+        recovers the databases without it), then its smbd, its node daemon,
+        its node agent (SIGTERM: it hands every record back first) and its
+        ctdbd, each stopped by PID."""
+        self.ctdb.nodes[pnn].ctdb("stop", timeout=60)
+        self.sambas[pnn].stop()
+        if self.daemons:
+            self.daemons[pnn].stop()  # type: ignore[attr-defined]
+        if self.agents:
+            self.agents[pnn].stop()  # type: ignore[attr-defined]
+        self.ctdb.nodes[pnn].stop()
+
     def backend_report(self) -> str:
         """What the backend holds now and its server's log ends (etcd warns
         there of a slow disk or apply), for a failed test to print."""
@@ -309,12 +351,12 @@ class SambaCluster(StartStop):
     def _network(self) -> NetnsNetwork | None:
         """The nodes' namespaces, with ``public_address`` or a ``network`` profile."""
         if self.setup.network is None:
-            return NetnsNetwork(self.setup.nodes) if self.setup.public_address else None
+            return NetnsNetwork(self.setup.nodes + self.setup.spare_nodes) if self.setup.public_address else None
         try:
             profile = profile_named(self.setup.network)
         except NetemError as exc:
             raise ClusterError(f"ClusterSetup.network: {exc}") from exc
-        return NetnsNetwork(self.setup.nodes, profile=profile, log_dir=self.root)
+        return NetnsNetwork(self.setup.nodes + self.setup.spare_nodes, profile=profile, log_dir=self.root)
 
     @contextlib.contextmanager
     def _backend(self) -> Iterator[dict[str, str]]:
@@ -337,28 +379,33 @@ class SambaCluster(StartStop):
                 server = hooks_for(adapter).throwaway_server(without_cache)
                 reach = {**options, **(stack.enter_context(server) if server is not None else {})}
             if node_cache_mode(Options(dict(options))) is not None:
-                from dbwrap_py.nodecache.agent import NodeAgentProcess  # only with the cache
-                agent_options = {k: v for k, v in reach.items() if k in cls.option_names}
-                for node in self.ctdb.nodes:
-                    agent = NodeAgentProcess(adapter, agent_options, cache_dir=self.root / f"cache{node.pnn}",
-                                             node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl,
-                                             start_timeout=AGENT_START_TIMEOUT,
-                                             command_prefix=node.network.exec_prefix() if node.network else (),
-                                             metrics_port=self._agent_metrics_port(node))
-                    self.agents.append(stack.enter_context(agent))
-            self._start_daemons(stack, reach)
+                self._agent_options = {k: v for k, v in reach.items() if k in cls.option_names}
+                for node in self.ctdb.nodes[:self.setup.nodes]:
+                    self._start_agent(node, stack)
+            if reach.get("transport") == "proxy" and not reach.get("proxy_socket"):
+                for node in self.ctdb.nodes[:self.setup.nodes]:
+                    self._start_daemon(node, stack)
             yield reach
 
-    def _start_daemons(self, stack: contextlib.ExitStack, reach: dict[str, str]) -> None:
-        """With ``transport=proxy``, a node daemon per node (proxy mode: one
-        store session per node, whatever the number of smbd processes)."""
-        if reach.get("transport") != "proxy" or reach.get("proxy_socket"):
-            return
+    def _start_agent(self, node: CtdbNode, stack: contextlib.ExitStack) -> None:
+        """The node agent of ``node`` (with node_cache)."""
+        from dbwrap_py.nodecache.agent import NodeAgentProcess  # only with the cache
+        assert self.setup.adapter is not None and self._agent_options is not None
+        agent = NodeAgentProcess(self.setup.adapter, self._agent_options, cache_dir=self.root / f"cache{node.pnn}",
+                                 node=f"node{node.pnn}", ttl=self.setup.node_lease_ttl,
+                                 start_timeout=AGENT_START_TIMEOUT,
+                                 command_prefix=node.network.exec_prefix() if node.network else (),
+                                 metrics_port=self._agent_metrics_port(node))
+        self.agents.append(stack.enter_context(agent))
+
+    def _start_daemon(self, node: CtdbNode, stack: contextlib.ExitStack) -> None:
+        """With ``transport=proxy``, the node daemon of ``node`` (proxy mode:
+        one store session per node, whatever the number of smbd processes),
+        in the node's namespace, as its agent: it reaches the store from there."""
         from dbwrap_py.proxy.process import ProxyDaemonProcess  # its own threads: only when asked
-        for node in self.ctdb.nodes:  # in the node's namespace, as its agent: it reaches the store from there
-            daemon = ProxyDaemonProcess(socket_path=self.root / f"proxy{node.pnn}.sock",
-                                        command_prefix=node.network.exec_prefix() if node.network else ())
-            self.daemons.append(stack.enter_context(daemon))
+        daemon = ProxyDaemonProcess(socket_path=self.root / f"proxy{node.pnn}.sock",
+                                    command_prefix=node.network.exec_prefix() if node.network else ())
+        self.daemons.append(stack.enter_context(daemon))
 
     def _agent_metrics_port(self, node: CtdbNode) -> str | None:
         """The agent's --metrics-port with ClusterSetup.agent_metrics: a free

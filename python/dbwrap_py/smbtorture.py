@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from dbwrap_py.explain import explain
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
+from dbwrap_py.servers import read_lines_until
 
 #: the suites issue 3 names; path-contention-shared is the benchmark's
 SUITES = (
@@ -525,26 +525,10 @@ def _run(command: list[str], cwd: Path, timeout: float,
     if on_running is None:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
         return result.stdout + result.stderr
-    lines: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           cwd=cwd) as process:
-        expired = threading.Event()  # set before the kill, so seen once its output ends
-
-        def kill() -> None:
-            expired.set()
-            process.kill()
-
-        watchdog = threading.Timer(timeout, kill)
-        watchdog.start()
-        try:
-            for line in process.stdout:  # type: ignore[union-attr]
-                if line.startswith(RUNNING) and not any(seen.startswith(RUNNING) for seen in lines):
-                    on_running()
-                lines.append(line)
-            process.wait()
-        finally:
-            watchdog.cancel()
-    if expired.is_set():
+        lines, expired = read_lines_until(process, timeout, lambda line: line.startswith(RUNNING), on_running)
+    if expired:
         raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
     return "".join(lines)
 

@@ -28,7 +28,6 @@ import math
 import os
 import subprocess
 import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from dbwrap_py.errors import ConfigError
 from dbwrap_py.explain import smbd_problems
 from dbwrap_py.paths import open_loop_program
 from dbwrap_py.samba import ThrowawaySamba
+from dbwrap_py.servers import read_lines_until
 from dbwrap_py.smbtorture import Rates
 
 #: the file every client opens, in the share's folder
@@ -199,31 +199,10 @@ def _run(command: list[str], env: dict[str, str], cwd: Path, timeout: float,
     """(exit status, stdout, stderr, timed out): stdout read as it comes,
     ``on_running`` called at the RUNNING line; killed by its PID after
     ``timeout`` (its clients die with it: PR_SET_PDEATHSIG)."""
-    lines: list[str] = []
-    running = False
     with tempfile.TemporaryFile() as errors, subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=cwd,
             stdin=subprocess.DEVNULL) as process:
-        expired = threading.Event()
-
-        def kill() -> None:
-            expired.set()
-            process.kill()
-
-        watchdog = threading.Timer(timeout, kill)
-        watchdog.start()
-        try:
-            for line in process.stdout:  # type: ignore[union-attr]
-                lines.append(line)
-                if line.strip() == RUNNING and not running and on_running is not None:
-                    on_running()
-                running = running or line.strip() == RUNNING
-            process.wait()
-        except BaseException:
-            process.kill()
-            raise
-        finally:
-            watchdog.cancel()
+        lines, expired = read_lines_until(process, timeout, lambda line: line.strip() == RUNNING, on_running)
         errors.seek(0)
         stderr = errors.read().decode(errors="replace")
-    return process.returncode, "".join(lines), stderr, expired.is_set()
+    return process.returncode, "".join(lines), stderr, expired

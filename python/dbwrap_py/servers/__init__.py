@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -75,6 +76,38 @@ def start_python_module(module: str, args: Sequence[str] = (), *, dying: bool = 
     installed ``dbwrap_py``, editable or not: all these helpers import."""
     argv = [sys.executable, "-I", "-m", module, *args]
     return subprocess.Popen(dying_with_parent(argv) if dying else argv, cwd="/", stdin=stdin, stdout=stdout)
+
+
+def read_lines_until(process: subprocess.Popen, timeout: float, marker: Callable[[str], bool],
+                     on_marker: Callable[[], None] | None) -> tuple[list[str], bool]:
+    """A running ``process``'s stdout (text), read line by line as it comes
+    until it ends; ``on_marker`` is called at the first line ``marker``
+    accepts. Killed by its PID ``timeout`` seconds after the call. The
+    lines, and whether the timeout killed it."""
+    lines: list[str] = []
+    expired = threading.Event()  # set before the kill, so seen once its output ends
+
+    def kill() -> None:
+        expired.set()
+        process.kill()
+
+    watchdog = threading.Timer(timeout, kill)
+    watchdog.start()
+    marked = False
+    try:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if not marked and marker(line):
+                marked = True
+                if on_marker is not None:
+                    on_marker()
+        process.wait()
+    except BaseException:
+        process.kill()
+        raise
+    finally:
+        watchdog.cancel()
+    return lines, expired.is_set()
 
 
 def stop_process(process: subprocess.Popen, sig: int, timeout: float = 30.0) -> None:

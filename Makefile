@@ -328,8 +328,9 @@ test-fresh: ## make demo and make test-setup in a fresh Debian 12 root
 # What a fresh root must show beyond the demo: that the set-up brought
 # every file the project uses (test_install_deps) and every throwaway
 # server (one conformance table each on etcd, rados, cassandra and the fdb
-# model, and one smbtorture suite on etcd against native), and the quick loop.
-test-setup: check venv-scylla ## what proves a fresh root's set-up: install checks, each server once
+# model, and one smbtorture suite on etcd against native), the quick loop,
+# and the open loop's client built on libsmbclient (make bench-elastic).
+test-setup: check venv-scylla $(OPEN_LOOP_BIN) ## what proves a fresh root's set-up: install checks, each server once
 	$(VPY) -m pytest -q tests/python/test_install_deps.py
 	@$(STEPS) --title "make test-setup" --logs $(RESULTS)/test-setup "test-conformance-servers"
 	$(VPY) -m dbwrap_py.cli torture --suite smb2.durable-v2-open --config etcd

@@ -119,10 +119,10 @@ def memory_chart(rows: Sequence[Mapping], path: Path) -> Path:
 
 
 def timeline_chart(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], path: Path,
-                   at: float, title: str, note: str = "") -> Path:
+                   at: float, title: str, note: str = "", bins: str = "1 s") -> Path:
     """A panel per title in ``panels``, side by side: a line per label of
     (seconds, value) points, a dotted line at ``at`` (the event); the first
-    label (the reference, ctdb) dashed black."""
+    label (the reference, ctdb) dashed black. ``bins``: their width, for the axis."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4.6), dpi=110,
                              sharey=True, squeeze=False)
@@ -140,7 +140,7 @@ def timeline_chart(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float
         ax.legend(fontsize="small")
     top = max((y for lines in panels.values() for points in lines.values() for _, y in points), default=0)
     axes[0][0].set_ylim(0, top * 1.05 or 1)  # shared by every panel: the highest second shows
-    axes[0][0].set_ylabel("opens/s (1 s bins)")
+    axes[0][0].set_ylabel(f"opens/s ({bins} bins)")
     fig.suptitle(title)
     return _save(fig, path, note, 0.07)
 

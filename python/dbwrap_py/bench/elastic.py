@@ -370,7 +370,7 @@ def write_json(path: Path, runs: Sequence[Run], configs: Sequence[Configuration]
     }, indent=2) + "\n")
 
 
-def chart(runs: Sequence[Run], path: Path, at: float, subtitle: str = "") -> Path:
+def chart(runs: Sequence[Run], path: Path, at: float, subtitle: str = "", bin_seconds: float = 1.0) -> Path:
     """Opens/s against time, a panel per event, a line per configuration."""
     from dbwrap_py.bench.charts import timeline_chart
 
@@ -379,7 +379,8 @@ def chart(runs: Sequence[Run], path: Path, at: float, subtitle: str = "") -> Pat
     titles = {KILL: f"node {CHANGING} killed", LEAVE: f"node {CHANGING} leaves (ctdb stop, then stopped)",
               JOIN: f"node {JOINING} joins (a fourth node starts)"}
     return timeline_chart({titles.get(e, e): lines for e, lines in panels.items()}, path, at,
-                          "Samba cluster, n=3: opens/s of the other nodes' clients", subtitle or note())
+                          "Samba cluster, n=3: opens/s of the other nodes' clients", subtitle or note(),
+                          bins=f"{bin_seconds:g} s")
 
 
 def write_results(out: Path, runs: Sequence[Run], configs: Sequence[Configuration],
@@ -388,9 +389,9 @@ def write_results(out: Path, runs: Sequence[Run], configs: Sequence[Configuratio
     write_json(out, runs, configs, settings)
     files = [out]
     if any(r.opens for r in runs):
-        subtitle = note(str(settings.get("client", SMBTORTURE)),
-                        float(settings.get("bin_seconds", 1.0)))  # type: ignore[arg-type]
-        files.append(chart(runs, out.with_suffix(".png"), at, subtitle))
+        bin_seconds = float(settings.get("bin_seconds", 1.0))  # type: ignore[arg-type]
+        subtitle = note(str(settings.get("client", SMBTORTURE)), bin_seconds)
+        files.append(chart(runs, out.with_suffix(".png"), at, subtitle, bin_seconds))
     return files
 
 

@@ -65,7 +65,7 @@ RETRY_SECONDS = 0.005
 #: record nobody holds goes at once. While it dwells, the node's own waiters
 #: queued on its chainlock use it: a hot record wanted by every node moves
 #: once per dwell, not once per open (at 256 clients on three nodes it had
-#: moved after every single open, each move tens of milliseconds)
+#: moved after nearly every open, each move tens of milliseconds)
 HAND_OVER_DWELL = 0.03
 #: how long a write-through for a traverse waits for records processes hold
 SYNC_HOLD_SECONDS = 1.0

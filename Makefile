@@ -741,9 +741,9 @@ bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against 
 # Node 2 of three is killed or leaves (ctdb stop, then stopped), or a fourth
 # node joins, while 64 clients open and close one file on nodes 0 and 1:
 # their opens/s in 0.5 s bins (build/smb_open_loop), ctdb against every
-# adapter with the node cache; a fresh cluster per run. ~25 min here.
+# adapter with the node cache; a fresh cluster per run. ~17 min here.
 ELASTIC_ADAPTERS ?= etcd+cache,rados+cache,cassandra+cache,fdb+cache,zookeeper+cache
-bench-elastic: all $(OPEN_LOOP_BIN) ## opens/s in 0.5 s bins while a node is killed, leaves or joins: ctdb and each adapter with the node cache (~25 min)
+bench-elastic: all $(OPEN_LOOP_BIN) ## opens/s in 0.5 s bins while a node is killed, leaves or joins: ctdb and each adapter with the node cache (~17 min)
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench elastic --adapters $(ELASTIC_ADAPTERS) --json $(RESULTS)/bench-elastic.json
 

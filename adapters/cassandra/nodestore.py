@@ -28,7 +28,7 @@ from dbwrap_py.adapters.cassandra.nodecql import NodeCql
 from dbwrap_py.adapters.cassandra.ownership import REQUEST_POLL, CassandraOwnership
 from dbwrap_py.errors import Timeout
 from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 
 #: Cassandra's TTLs are whole seconds and expire on a whole second: a lease
 #: may end up to this much before the time it was granted for
@@ -87,7 +87,7 @@ class CassandraNodeStore(NodeStore):
         self.client.applied("revoke", f"DELETE FROM {self.config.keyspace}.nodes WHERE name = ? IF lease = ?",
                             (self._node.decode(), lease.id), unknown=lambda: True)  # unknown: it expires by itself
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         cql = f"SELECT db, k, asked FROM {self.config.keyspace}.requests WHERE node = ?"
 
         def read() -> dict[tuple[str, bytes, int], tuple[bytes, bytes]]:

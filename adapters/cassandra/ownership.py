@@ -143,7 +143,7 @@ class CassandraOwnership(ServedOwnership):
 
     # -- release requests -----------------------------------------------------------------
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         # the requester's lease is not at hand here: the request lives op_timeout, and a
         # waiter asks again while it waits
         self.client.run("release request", self.cql.ask,

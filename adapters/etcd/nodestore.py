@@ -22,7 +22,7 @@ from dbwrap_py.adapters.etcd.keys import (
 )
 from dbwrap_py.adapters.etcd.ownership import EtcdOwnership, compare_create, put_op
 from dbwrap_py.nodecache.ownership_base import grant_retrying
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 from dbwrap_py.options import Options
 
 
@@ -58,7 +58,7 @@ class EtcdNodeStore(NodeStore):
     def revoke(self, lease: NodeLease) -> None:
         self._call("/v3/lease/revoke", {"ID": str(lease.id)})
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         head = requests_prefix(self.prefix, node)
         transport = _Transport(self.config)
         try:
@@ -69,8 +69,7 @@ class EtcdNodeStore(NodeStore):
                 if parsed is not None:
                     yield parsed
             body = {"create_request": {"key": _b64(head), "range_end": _b64(prefix_end(head)),
-                                       "start_revision": str(int(reply["header"]["revision"]) + 1),
-                                       "filters": ["NODELETE"]}}
+                                       "start_revision": str(int(reply["header"]["revision"]) + 1)}}
             conn = transport.open_stream("/v3/watch", body, time.monotonic() + self.config.op_timeout)
             self._watch = conn
             conn.settimeout(None)  # close() ends it
@@ -85,8 +84,8 @@ class EtcdNodeStore(NodeStore):
                     result = json.loads(line).get("result", {}) if line.strip() else {}
                     for event in result.get("events", []):
                         parsed = parse_request(self.prefix, node, _unb64(event["kv"]["key"]))
-                        if parsed is not None:
-                            yield parsed
+                        if parsed is not None:  # a deletion: served, or its requester's lease ended
+                            yield Served(*parsed) if event.get("type") == "DELETE" else parsed
                     if result.get("canceled"):
                         raise ConnectionError("watch canceled")
         finally:

@@ -151,9 +151,11 @@ class EtcdOwnership(Ownership):
                    for kv in responses[1].get("response_range", {}).get("kvs", [])}
         return Claim(int(responses[0]["response_put"]["header"]["revision"]), records)
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
-        self._call("/v3/kv/put", {"key": _b64(request(self.keys.prefix, owner, self.keys.db, key)),
-                                  "lease": str(requester_lease)}, True)
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
+        body = {"key": _b64(request(self.keys.prefix, owner, self.keys.db, key)), "lease": str(requester_lease)}
+        if requester:  # whom hand_over gives the record to
+            body["value"] = _b64(node_marker(requester, requester_lease))
+        self._call("/v3/kv/put", body, True)
 
     def _fence(self, key: bytes, token: int, via_bucket: bool) -> dict[str, Any]:
         held_by = self.keys.bucket(bucket_of(key)) if via_bucket else self.keys.lock(key)
@@ -168,6 +170,38 @@ class EtcdOwnership(Ownership):
                            "success": [*self._value_ops(key, value), end, done],
                            "failure": [done]})
         return bool(reply.get("succeeded"))
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """Two transactions: the write-back, which reads the release request
+        and leaves it standing; then the requester's lock key put on its
+        lease, if the record is still free and the request as read (it is
+        on the requester's lease: standing means that lease lives). One
+        transaction cannot do it: etcd puts no key it deletes in the same
+        one, and the token is the lock key's create_revision, which must
+        be new. The holder's chainlock keeps its own node's waiters out
+        between the two."""
+        k = self.keys
+        asked = request(k.prefix, node, k.db, key)
+        end = put_op(k.detached(key), b"", lease) if via_bucket else delete_op(k.lock(key))
+        reply = self._txn({"compare": [self._fence(key, token, via_bucket)],
+                           "success": [*self._value_ops(key, value), end, range_op(asked)],
+                           "failure": [delete_op(asked)]})
+        if not reply.get("succeeded"):
+            return False
+        found = first_kv(reply["responses"][-1])
+        if found is None:
+            return True
+        marker = _unb64(found.get("value"))
+        compare = {"key": _b64(asked), "target": "MOD", "result": "EQUAL", "mod_revision": found["mod_revision"]}
+        if marker_node(marker) is None:  # a process asked: the record stays free
+            self._txn({"compare": [compare], "success": [delete_op(asked)]})
+            return True
+        reply = self._txn({"compare": [compare, compare_create(k.lock(key), 0)],
+                           "success": [put_op(k.lock(key), marker, int(found["lease"])), delete_op(asked)]})
+        if not reply.get("succeeded"):  # taken meanwhile (by the asking node's own look, most likely)
+            self._txn({"compare": [compare], "success": [delete_op(asked)]})
+        return True
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         reply = self._txn({"compare": [self._fence(key, token, via_bucket)],

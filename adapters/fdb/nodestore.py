@@ -11,7 +11,7 @@ from dbwrap_py.adapters.fdb import store as fs
 from dbwrap_py.adapters.fdb.nodekeys import LEASE, REQUEST, lease_expiry
 from dbwrap_py.adapters.fdb.ownership import FdbOwnership
 from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 
 if TYPE_CHECKING:
     from dbwrap_py.adapters.fdb.store import FdbStore
@@ -65,7 +65,7 @@ class FdbNodeStore(NodeStore):
 
         self.shared.run("node revoke", body)
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         """The requests standing, then each new one when the doorbell rings
         (a watch on it, set in the transaction that read them)."""
         keys = self.shared.nodes

@@ -104,7 +104,7 @@ class NodeOps:
 
         return store.run("node claim", body)
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         self.store.run("release request", lambda tr, _: ask(
             tr, self.store, key, owner, requester_lease, tr.get_read_version().wait()))
 

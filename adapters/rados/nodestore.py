@@ -24,7 +24,7 @@ from dbwrap_py.adapters.rados.nodenames import LEASE_LOCK, node_oid, parse_reque
 from dbwrap_py.adapters.rados.ownership import RadosOwnership
 from dbwrap_py.errors import Timeout, Unavailable
 from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 
 #: how often an agent reads its requests even without a notify (a lost watch)
 REQUESTS_POLL = 1.0
@@ -71,7 +71,7 @@ class RadosNodeStore(NodeStore):
             op.execute("lock", "assert_locked", rc.assert_op(LEASE_LOCK, f"{lease.id:x}")),
             op.rm_xattr(rc.lock_xattr(LEASE_LOCK))), "revoke")
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         oid = node_oid(self.prefix, node)
         woken: queue.Queue[None] = queue.Queue()
         self.ops.write(oid, lambda op: op.new(rados.LIBRADOS_CREATE_IDEMPOTENT), "requests")

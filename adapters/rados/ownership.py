@@ -129,7 +129,7 @@ class RadosOwnership(ServedOwnership):
 
     # -- release requests -----------------------------------------------------------------
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         oid = node_oid(self.prefix, owner)
         entry = request_entry(self.db_id, key)
         asked = b"%x" % secrets.randbits(63)  # a request made again is a new one

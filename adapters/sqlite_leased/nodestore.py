@@ -16,7 +16,7 @@ from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql
 from dbwrap_py.adapters.sqlite_leased.ownership import CLUSTER_FILE, SqliteOwnership, attach
 from dbwrap_py.errors import ConfigError, Unavailable
 from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 from dbwrap_py.options import Options
 
 #: how often an agent looks for release requests
@@ -76,7 +76,7 @@ class SqliteNodeStore(NodeStore):
     def revoke(self, lease: NodeLease) -> None:
         self._cluster().run("DELETE FROM cluster.nodes WHERE lease = ?", (lease.id,))
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         # Its own connection, closed here as it ends (within POLL_SECONDS of
         # stop), never by close() from another thread while it is in use:
         # Python's sqlite3 may crash on a connection closed under a query.

@@ -155,7 +155,7 @@ class SqliteOwnership(ServedOwnership):
             records = sql.run("SELECT k, v FROM kv WHERE bucket(k) = ?", (bucket,))
         return Claim(token, dict(records))
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         self._sql().run("""INSERT INTO cluster.requests (node, db, k, expires)
                            SELECT ?, ?, ?, expires FROM cluster.nodes WHERE lease = ?
                            ON CONFLICT DO UPDATE SET expires = excluded.expires""",

@@ -134,10 +134,11 @@ class Session:
         self.round_trips += 1
         return self._wait(self.client.exists_async(path), f"stat {path}", timeout)
 
-    def new_children(self, path: str, stop: threading.Event, poll: float = 1.0) -> Iterator[str]:
-        """Each child of ``path`` as it comes (a kazoo watch), and every one
-        there again after ``poll`` seconds without a change, until ``stop``."""
-        woken, seen = threading.Event(), set()
+    def child_changes(self, path: str, stop: threading.Event, poll: float = 1.0) -> Iterator[tuple[str, bool]]:
+        """(name, True) for each child of ``path`` as it comes (a kazoo
+        watch), and for every one there again after ``poll`` seconds without
+        a change; (name, False) for each one gone; until ``stop``."""
+        woken, seen, there = threading.Event(), set(), set()
 
         def watcher(_event: object) -> None:  # one function: kazoo keeps one watcher
             woken.set()
@@ -145,7 +146,9 @@ class Session:
         while not stop.is_set():
             woken.clear()
             names = set(self._wait(self.client.get_children_async(path, watch=watcher), f"watch {path}") or [])
-            yield from sorted(names - seen)
+            yield from ((name, False) for name in sorted(there - names))
+            yield from ((name, True) for name in sorted(names - seen))
+            there = names
             seen = names if woken.wait(poll) else set()
 
     def children(self, *paths: str) -> list[str]:

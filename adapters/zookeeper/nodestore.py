@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dbwrap_py.adapters.zookeeper.client import Op, Session, ZkConfig, until
 from dbwrap_py.adapters.zookeeper.ownership import ZkOwnership, lease_path
 from dbwrap_py.errors import LockConflict, Timeout, Unavailable
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 from dbwrap_py.options import Options
 
 
@@ -53,10 +53,11 @@ class ZkNodeStore(NodeStore):
     def revoke(self, lease: NodeLease) -> None:
         self.zk.multi([("delete", lease_path(self.nodes, lease.id)), ("delete", f"{self.nodes}/a/{self.node}")])
 
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
-        for name in self.zk.new_children(f"{self.nodes}/r/{node.decode()}", stop):
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
+        for name, standing in self.zk.child_changes(f"{self.nodes}/r/{node.decode()}", stop):
             db, _, key = name.partition(".")
-            yield bytes.fromhex(db), bytes.fromhex(key)
+            request = bytes.fromhex(db), bytes.fromhex(key)
+            yield request if standing else Served(*request)
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         self.zk.multi([("delete", f"{self.nodes}/r/{node.decode()}/{db_id.hex()}.{key.hex()}")])

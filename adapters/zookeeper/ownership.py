@@ -163,7 +163,7 @@ class ZkOwnership(ServedOwnership):
         values = zk.get_many([znode(root, "d", key) for key in keys])
         return Claim(token, {key: value for key, value in zip(keys, values) if value is not None})
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         self.zk().multi([("create", self._request(owner, key), b"", True)])  # NodeExists: asked already
 
     def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:

@@ -51,7 +51,8 @@ class EtcdBackend:
         return inner.round_trips
 
     def holdings(self, node: bytes) -> int:
-        """Record locks, bucket claims and detached marks the node holds in etcd, under the prefix."""
+        """Record locks, bucket claims and detached marks the node holds in
+        etcd, under the prefix (not release requests: they name the node that asked)."""
         import base64
 
         from dbwrap_py.adapters.etcd.keys import prefix_end
@@ -60,8 +61,9 @@ class EtcdBackend:
         prefix = self.shared.prefix.encode() + b"/"
         reply = raw_call(self.shared.endpoints, "/v3/kv/range",
                          {"key": b64(prefix), "range_end": b64(prefix_end(prefix))})
-        mark = b"node:" + node + b":"
-        return sum(base64.b64decode(kv.get("value", "")).startswith(mark) for kv in reply.get("kvs", []))
+        mark, requests = b"node:" + node + b":", prefix + b"_nodes/"
+        return sum(base64.b64decode(kv.get("value", "")).startswith(mark) for kv in reply.get("kvs", [])
+                   if not base64.b64decode(kv["key"]).startswith(requests))
 
 
 @contextmanager
@@ -420,6 +422,78 @@ def test_a_holder_hands_a_record_over_when_it_lets_go(backend, nodes, name):
     value, got_at = waiter.result()
     assert value == b"2"
     assert got_at - released < 0.5, f"node b got the record {got_at - released:.2f} s after the unlock"
+    db.close()
+
+
+def skip_unless_handed_over_directly(backend, db: Database) -> None:
+    """Skip where the store's Ownership.hand_over is the default, which
+    leaves a record handed over free."""
+    from dbwrap_py.nodecache.protocol import Ownership
+
+    if type(db.adapter.cache.ownership).hand_over is Ownership.hand_over:
+        db.close()
+        pytest.skip(f"{backend.adapter} leaves a record handed over free (Ownership.hand_over's default)")
+
+
+def test_a_record_handed_over_is_the_asking_nodes_before_its_holder_can_take_it_back(backend, nodes, name):
+    """The holder's own next lock, right after its hand-over, comes after
+    node b's: the record went straight to b (Ownership.hand_over), and b's
+    waiter had it at its next look. Handed back free instead, the holder's
+    next lock took it again within milliseconds, while b's waiter slept
+    between two looks (up to 32 ms): the starvation of a hot record that
+    timed out smbd's opens at 64-128 clients."""
+    a, b = nodes
+    db = open_on(backend, a, name)
+    skip_unless_handed_over_directly(backend, db)
+    put(db, b"hot", b"1")
+    db.lock(b"hot")
+
+    def on_b(_: Child) -> bytes | None:
+        mine = open_on(backend, b, name)
+        value = mine.lock(b"hot")
+        mine.unlock(b"hot", (value or b"") + b"+b")
+        return value
+
+    waiter = Child(on_b)
+    time.sleep(1.0)  # b asked, and its request dwelt: the record is marked wanted
+    db.unlock(b"hot", b"2")  # handed over
+    again = db.lock(b"hot")
+    db.unlock(b"hot")
+    assert waiter.result() == b"2", "node b did not get the value node a handed over"
+    assert again == b"2+b", f"node a took the record back ({again!r}) before node b had it"
+    db.close()
+
+
+def test_a_request_a_process_served_is_wanted_no_more(backend, nodes, name):
+    """Node a's process hands the record over as it unlocks, which removes
+    node b's request; the store tells node a's agent (NodeStore.requests
+    yields Served), which takes the wanted mark off. Kept, every process of
+    node a would hand the record back at each unlock, nobody asking (seen:
+    a write-back and a take again per open), for as long as node a's
+    processes kept the record's chain locked, which under load is always."""
+    from dbwrap_py.nodecache.state import NodeState
+
+    a, b = nodes
+    db = open_on(backend, a, name)
+    skip_unless_handed_over_directly(backend, db)  # else node a's next lock may take it back first
+    state = NodeState(str(a.cache_dir))
+    db_id = db.adapter.cache.db_id
+    put(db, b"hot", b"1")
+    db.lock(b"hot")
+    waiter = Child(lambda ch: _timed_lock(open_on(backend, b, name), b"hot"))
+    deadline = time.monotonic() + 10
+    while not state.wanted(db_id, b"hot"):
+        assert time.monotonic() < deadline, "node b's request never marked the record wanted"
+        time.sleep(0.01)
+    db.unlock(b"hot", b"2")  # handed over: node b's request is gone
+    db.lock(b"hot")  # and held here again
+    deadline = time.monotonic() + 2
+    while state.wanted(db_id, b"hot"):
+        assert time.monotonic() < deadline, "still wanted 2 s after the request was served"
+        time.sleep(0.01)
+    db.unlock(b"hot", b"2")
+    assert waiter.result()[0] == b"2"
+    state.close()
     db.close()
 
 

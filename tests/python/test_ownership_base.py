@@ -11,7 +11,7 @@ import pytest
 
 from dbwrap_py.errors import LockConflict, Timeout
 from dbwrap_py.nodecache import ownership_base as ob
-from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Taken
+from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Served, Taken
 
 
 @pytest.mark.parametrize("bits", [32, ob.TOKEN_BITS])
@@ -53,7 +53,7 @@ def test_a_grant_refused_past_its_time_names_the_node() -> None:
     assert tries == [1]
 
 
-def test_new_requests_yields_each_standing_request_once_and_one_asked_again() -> None:
+def test_new_requests_yields_each_standing_request_once_one_asked_again_and_each_served() -> None:
     rounds: list[dict[Hashable, tuple[bytes, bytes] | None]] = [
         {1: (b"db", b"a"), 2: (b"db", b"b"), "junk": None},
         {1: (b"db", b"a"), 3: (b"db", b"b")},  # b asked again: a new identity
@@ -70,7 +70,10 @@ def test_new_requests_yields_each_standing_request_once_and_one_asked_again() ->
         return found
 
     got = list(ob.new_requests(read, lambda: waits.append(1), stop))
-    assert got == [(b"db", b"a"), (b"db", b"b"), (b"db", b"b"), (b"db", b"a")]
+    # a record's request gone from one round to the next is Served (the
+    # agent stops counting it as pending); one asked again is not
+    assert got == [(b"db", b"a"), (b"db", b"b"), (b"db", b"b"), Served(b"db", b"a"),
+                   Served(b"db", b"b"), (b"db", b"a")]
     assert len(waits) == 4
 
 

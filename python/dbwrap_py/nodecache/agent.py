@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -43,7 +44,7 @@ from dbwrap_py.leased import renewal_timeout
 from dbwrap_py.metrics import AGENT_METRICS_FILE, MetricsServer, agent_metrics_url, metrics_url, parse_listen
 from dbwrap_py.nodecache.cache import NodeCache, check_cache_dir, local_files
 from dbwrap_py.nodecache.layout import IN_STORE, VIA_BUCKET
-from dbwrap_py.nodecache.protocol import NodeLease, NodeStore
+from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
 from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options, Schema, is_secret
@@ -60,18 +61,42 @@ VACUUM_SECONDS = 1.0
 VACUUM_SLICE = 64
 #: a request whose record is held locally is looked at again this often
 RETRY_SECONDS = 0.005
-#: a record a process of the node holds is marked wanted (handed over as
-#: that process lets go) no sooner than this after the request came in; a
-#: record nobody holds goes at once. While it dwells, the node's own waiters
-#: queued on its chainlock use it: a hot record wanted by every node moves
+#: the longest a requested record dwells on the node while its processes
+#: use it: after this it goes as soon as nobody holds it, and one a process
+#: holds is marked wanted (handed over as that process lets go). Meanwhile
+#: the node's own processes use it: a hot record wanted by every node moves
 #: once per dwell, not once per open (at 256 clients on three nodes it had
 #: moved after nearly every open, each move tens of milliseconds)
-HAND_OVER_DWELL = 0.03
+HAND_OVER_DWELL = 0.2
+#: a record the node does not use for this long (no process holds it and it
+#: did not change) goes before its dwell is over: the node's processes may
+#: be waiting for something another node's process holds, as a g_lock
+IDLE_SECONDS = 0.005
+#: a record asked for again within this long of the node's last hand-over of
+#: it is hot: it dwells even while nobody here holds it. smbd's share-mode
+#: records are g_locks: a process locks the record only to add or remove its
+#: g_lock entry, and waits for the g_lock unlocked, so a hot record is mostly
+#: free between two lock holds; handed over at once, it moved after every
+#: hold (two per open), as ctdb's records would without its sticky pindown.
+#: A record nobody asked for lately (a cold one) goes at once if it is free
+HOT_SECONDS = 1.0
+#: records remembered as handed over, before the ones no longer hot are dropped
+HANDED_KEPT = 1024
 #: how long a write-through for a traverse waits for records processes hold
 SYNC_HOLD_SECONDS = 1.0
 #: beyond the TTL, how long a stopping agent waits for its keepalive's call to the store
 JOIN_SECONDS = 10.0
 NODE_NAME_CHARS = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+@dataclass
+class Dwelling:
+    """A release request the agent holds back: when it came in, and the
+    record as last looked at (None: a process held it), and when."""
+
+    since: float
+    look: object = None
+    looked_at: float = 0.0
 
 
 def check_node_name(name: str) -> bytes:
@@ -95,7 +120,7 @@ class NodeAgent:
         self.node = check_node_name(node)
         self.ttl = ttl
         self.margin = min(1.0, ttl / 4)
-        #: HAND_OVER_DWELL: how long a held record stays before it is marked wanted
+        #: HAND_OVER_DWELL: the longest a record another node asked for stays while it is used here
         self.dwell = HAND_OVER_DWELL
         self.lease = NodeLease(0, ttl)
         self._lease_until = 0.0  # a TTL after the store's last answer on it: it may hold it till then
@@ -114,12 +139,14 @@ class NodeAgent:
         self.owned_records = self.owned_buckets = 0
         self._published_until = 0.0  # CLOCK_MONOTONIC: what the state file says
         #: requests held by a process of the node: when each was taken in
-        self._pending: dict[tuple[bytes, bytes], float] = {}
+        self._pending: dict[tuple[bytes, bytes], Dwelling] = {}
+        #: when the node last handed each record over (HOT_SECONDS)
+        self._handed: dict[tuple[bytes, bytes], float] = {}
         self._metrics: MetricsServer | None = None
         self._stopping = threading.Event()
         self._released = threading.Event()  # after the drain: keepalives end
         self._mutex = threading.Lock()      # self.lease, between the keepalive thread and us
-        self._requests: queue.Queue[tuple[bytes, bytes]] = queue.Queue()
+        self._requests: queue.Queue[tuple[bytes, bytes] | Served] = queue.Queue()
         self._caches: dict[bytes, NodeCache] = {}
         self._unreachable: set[bytes] = set()  # logged once, not every vacuum
         self._writer: StateWriter | None = None
@@ -270,16 +297,18 @@ class NodeAgent:
             except queue.Empty:
                 request = None
             now = time.monotonic()
-            if request is not None and request not in pending:
-                # at once if nobody here holds it; else it dwells first
-                if self._serve(*request, want=self.dwell <= 0):
+            if isinstance(request, Served):
+                self._served(request, pending)
+            elif request is not None and request not in pending:
+                # at once if nobody here holds it and it is not hot; else it dwells first
+                if not self._hot(request, now) and self._serve(*request, want=self.dwell <= 0):
                     self._observe(request, now)
                 else:
-                    pending[request] = now
-            for request, taken_in in list(pending.items()):
-                if time.monotonic() - taken_in >= self.dwell and self._serve(*request):
+                    pending[request] = Dwelling(now, self._look(*request), now)
+            for request, dwelling in list(pending.items()):
+                if self._dwelt(request, dwelling) and self._serve(*request, want=self._over(dwelling)):
                     del pending[request]
-                    self._observe(request, taken_in)
+                    self._observe(request, dwelling.since)
             if not pending and time.monotonic() >= next_vacuum and self._requests.empty():
                 self._vacuum()
                 next_vacuum = time.monotonic() + VACUUM_SECONDS
@@ -287,9 +316,58 @@ class NodeAgent:
                 self._writer.clear_dead()  # nothing is wanted now
         self._drain()
 
+    def _over(self, dwelling: Dwelling) -> bool:
+        return time.monotonic() - dwelling.since >= self.dwell
+
+    def _dwelt(self, request: tuple[bytes, bytes], dwelling: Dwelling) -> bool:
+        """Whether the record may go now: its dwell is over, or nobody here
+        used it for IDLE_SECONDS (looked at again after that long)."""
+        if self._over(dwelling):
+            return True
+        now = time.monotonic()
+        if now - dwelling.looked_at < IDLE_SECONDS:
+            return False
+        look = self._look(*request)
+        if look is not None and look == dwelling.look:
+            return True
+        dwelling.look, dwelling.looked_at = look, now
+        return False
+
+    def _look(self, db_id: bytes, key: bytes) -> object:
+        """The record as the node has it now, to compare (None while a process holds it)."""
+        cache = self._cache_for(db_id)
+        if cache is None:
+            return ()
+        return cache.look(key, self._current().id)
+
+    def _hot(self, request: tuple[bytes, bytes], now: float) -> bool:
+        """The record was handed over within HOT_SECONDS (and dwells, if the agent's dwell is on)."""
+        return self.dwell > 0 and now - self._handed.get(request, -HOT_SECONDS) < HOT_SECONDS
+
+    def _handed_over(self, request: tuple[bytes, bytes]) -> None:
+        now = time.monotonic()
+        if len(self._handed) >= HANDED_KEPT:
+            self._handed = {r: at for r, at in self._handed.items() if now - at < HOT_SECONDS}
+        self._handed[request] = now
+
+    def _served(self, served: Served, pending: dict[tuple[bytes, bytes], float]) -> None:
+        """A request this agent waits to serve is gone from the store: a
+        process of the node handed the record over. Not wanted any more."""
+        request = (served.db_id, served.key)
+        dwelling = pending.pop(request, None)
+        if dwelling is not None:
+            assert self._writer is not None
+            self._writer.unwant(*request)
+            self.served += 1
+            self._observe(request, dwelling.since)
+
     def _observe(self, request: tuple[bytes, bytes], taken_in: float) -> None:
-        """A release request served: how long it waited here (the metrics)."""
-        if self.release_observer is not None and not is_sync_key(request[1]):
+        """A release request served: the record is hot for HOT_SECONDS, and
+        how long the request waited here goes to the metrics."""
+        if is_sync_key(request[1]):
+            return
+        self._handed_over(request)
+        if self.release_observer is not None:
             self.release_observer(time.monotonic() - taken_in)  # as counted in served
 
     def _cache_for(self, db_id: bytes) -> NodeCache | None:
@@ -563,8 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL,
                         help="seconds the node lease lasts without a keepalive")
     parser.add_argument("--dwell", type=float, default=HAND_OVER_DWELL, metavar="SECONDS",
-                        help="how long a record a process of the node holds stays after another node "
-                             f"asked for it (default {HAND_OVER_DWELL:g}; 0: handed over at the holder's unlock)")
+                        help="the longest a record another node asked for stays while the node's processes "
+                             "hold it or, if it is hot, keep changing it (default "
+                             f"{HAND_OVER_DWELL:g}; 0: handed over at the holder's unlock, a free one at once)")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                         help="adapter option, as smb.conf gives it (endpoints, TLS, ...); no secrets: "
                              "argv is public (/proc/PID/cmdline), use --options-file")

@@ -12,7 +12,9 @@ that node holding it, hands it over.
 
 When this process lets a record go that another node is waiting for (the
 agent's wanted table says so), it hands it over itself, still holding the
-lock: written back and released in one round trip.
+lock: written back and, where the store can (``Ownership.hand_over``), made
+the asking node's in the same step, so that this node's own waiters queued
+on the chainlock cannot take it back before that node looks.
 
 In proxy mode smbd's processes hold the chainlocks and the proxy daemon
 moves records in and out for them: ``move_in`` and ``hand_over_if_free``
@@ -186,7 +188,7 @@ class NodeCache:
             taken = self.ownership.take(key, node, lease)
         except OwnedElsewhere as exc:
             if exc.node is not None:
-                self._ask(key, exc.node, lease)
+                self._ask(key, exc.node, lease, node)
             raise
         self._asked.pop(key, None)
         self.takes["record"] += 1
@@ -195,15 +197,15 @@ class NodeCache:
         self.records.keep(key, local.lease, local.token, local.flags, local.value)
         return local
 
-    def _ask(self, key: bytes, owner: bytes, lease: int) -> None:
-        """Ask ``owner`` to let ``key`` go, unless it was asked within ASK_AGAIN."""
+    def _ask(self, key: bytes, owner: bytes, lease: int, node: bytes) -> None:
+        """Ask ``owner`` to let ``key`` go to ``node``, unless it was asked within ASK_AGAIN."""
         now = time.monotonic()
         asked = self._asked.get(key)
         if asked is not None and asked[0] == owner and now - asked[1] < ASK_AGAIN:
             return
         if len(self._asked) >= ASKED_KEPT:  # keys whose askers gave up: forget the stale ones
             self._asked = {k: a for k, a in self._asked.items() if now - a[1] < ASK_AGAIN}
-        self.ownership.request_release(key, owner, lease)
+        self.ownership.request_release(key, owner, lease, requester=node)
         self._asked[key] = (owner, now)
 
     def move_in(self, key: bytes) -> bool:
@@ -338,8 +340,8 @@ class NodeCache:
         if owned is None:
             return  # not ours (any more)
         local = _local(owned)
-        if self.ownership.write_back(key, local.value, local.token, local.via_bucket,
-                                     self.state.node_name(), lease):
+        if self.ownership.hand_over(key, local.value, local.token, local.via_bucket,
+                                    self.state.node_name(), lease):
             self.records.forget(key, lease)
 
     # -- for the node agent ----------------------------------------------------------
@@ -355,11 +357,23 @@ class NodeCache:
                 self.ownership.let_go(key, node, lease)
             else:
                 local = _local(owned)
-                if self.ownership.write_back(key, local.value, local.token, local.via_bucket, node, lease):
+                if self.ownership.hand_over(key, local.value, local.token, local.via_bucket, node, lease):
                     self.records.forget(key, lease)
         finally:
             self.local.unlock(key)
         return True
+
+    def look(self, key: bytes, lease: int) -> tuple | None:
+        """The record as the node has it (its token, flags and value; empty
+        if the node does not own it), None while a process holds its lock:
+        the agent compares two looks to tell whether the node still uses it."""
+        if not self.local.try_lock(key):
+            return None
+        try:
+            owned = self.records.owned(key, lease)
+            return owned[1:] if owned is not None else ()
+        finally:
+            self.local.unlock(key)
 
     def local_records(self, lease: int) -> list[tuple[bytes, Local]]:
         """Every record the node owns under ``lease``, as kept locally;

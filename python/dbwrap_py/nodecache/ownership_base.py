@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from dbwrap_py.errors import LockConflict, Timeout
-from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Ownership, Taken, grant_tries
+from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Ownership, Served, Taken, grant_tries
 from dbwrap_py.retry import retry_until
 
 #: the random bits under a token's generation (the wipes of its database so far)
@@ -140,19 +140,24 @@ def live_owners(holders: Iterable[tuple[bytes, int]], live: Callable[[set[tuple[
 # -- the agent's release requests ---------------------------------------------------------------
 
 def new_requests(read: Callable[[], Mapping[K, Request | None]], wait: Callable[[], None],
-                 stop: threading.Event) -> Iterator[Request]:
+                 stop: threading.Event) -> Iterator[Request | Served]:
     """``NodeStore.requests`` for a store read in rounds: each round ``read``
     gives the requests standing, by an identity that changes when a request
     is made again (None: not a request); those not standing in the round
-    before are yielded, each once while it stands; then ``wait`` (a poll's
-    pause, or until the store says something changed), until ``stop``."""
+    before are yielded, each once while it stands, and ``Served`` for a
+    record asked for in the round before and not in this one; then ``wait``
+    (a poll's pause, or until the store says something changed), until ``stop``."""
     seen: set[K] = set()
+    asked: set[Request] = set()
     while not stop.is_set():
         found = read()
+        standing = {request for request in found.values() if request is not None}
+        for request in sorted(asked - standing):
+            yield Served(*request)
         for identity, request in found.items():
             if request is not None and identity not in seen:
                 yield request
-        seen = set(found)
+        seen, asked = set(found), standing
         wait()
 
 
@@ -243,8 +248,8 @@ class CalledOwnership(Ownership):
         result = self._call("claim", bucket, node, lease)
         return Claim(result[0], result[1]) if result is not None else None
 
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
-        self._call("request_release", key, owner, requester_lease)
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
+        self._call("request_release", key, owner, requester_lease, requester)
 
     def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                    node: bytes, lease: int) -> bool:

@@ -81,6 +81,19 @@ class Claim:
     records: Mapping[bytes, bytes] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Served:
+    """A release request that stood and is gone: a process of the node
+    handed the record over (``Ownership.hand_over`` removes the request in
+    its step), or its requester's lease ended. The agent stops waiting to
+    serve it: a request it still counted as pending would mark the record
+    wanted again, and every process of the node would hand the record back
+    as it let go (seen: a write-back and a take again per open)."""
+
+    db_id: bytes
+    key: bytes
+
+
 class OwnedElsewhere(LockConflict):
     """Another node owns the record (``node``), or a process holds its lock (None)."""
 
@@ -108,9 +121,11 @@ class Ownership(abc.ABC):
         and none of its keys is detached; None if that cannot be."""
 
     @abc.abstractmethod
-    def request_release(self, key: bytes, owner: bytes, requester_lease: int) -> None:
+    def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         """Ask ``owner``'s agent to give ``key`` back; the request goes with
-        the requester's lease if it dies first."""
+        the requester's lease if it dies first. ``requester``: the asking
+        node, if a node asks (not a process): where ``hand_over`` is the
+        store's own, the record goes straight to it."""
 
     @abc.abstractmethod
     def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
@@ -120,6 +135,19 @@ class Ownership(abc.ABC):
         record is detached (the mark held on ``lease``), and a release
         request to ``node`` for it is removed. False if ``token`` no longer
         holds (the node lost the ownership): nothing was written."""
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """``write_back`` for a record another node asked for, and the record
+        made the asking node's (a record lock on its lease, as its own take
+        would make) where its release request stands: its waiter finds it
+        its own at its next look. Without this the record is free between
+        the two, and the holder's own waiters, queued on the node's
+        chainlock, take it back before the asking node looks again (seen:
+        a waiter starved for its whole op_timeout at 64 clients). The
+        default is ``write_back``: a store that cannot name the requester
+        leaves the record free."""
+        return self.write_back(key, value, token, via_bucket, node, lease)
 
     @abc.abstractmethod
     def let_go(self, key: bytes, node: bytes, lease: int) -> None:
@@ -175,10 +203,11 @@ class NodeStore(abc.ABC):
         """End the lease: what the node holds on it goes."""
 
     @abc.abstractmethod
-    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes]]:
+    def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         """(database id, key) of each release request to ``node``: the ones
         waiting, then each new one as it comes (watch where the store has one,
-        polling where it has not), until ``stop`` is set."""
+        polling where it has not), until ``stop`` is set; and ``Served`` for
+        one that was there and is gone."""
 
     @abc.abstractmethod
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:

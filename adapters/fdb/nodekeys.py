@@ -12,12 +12,14 @@ and beside every database (``<prefix>\\0\\0``; no database name is empty):
 
 * ``N<node>``: the node's lease, ``lease:8 expiry:8``;
 * ``R<node>\\0<enc(db)><enc(key)>``: a release request to the node,
-  ``expiry:8 nonce:8``; ``Q<node>``: its doorbell, an atomic add in the
-  transaction that asks. The node's agent watches the doorbell (FoundationDB
-  watches one key, not a range) and reads the requests when it rings. A
-  traverse's request (``nodecache/sync.py``) is kept by its polls
-  (``request_waiting``): its expiry follows the asking node's lease, its
-  nonce stays, so the agent does not take it for a new one.
+  ``expiry:8 nonce:8``, then ``lease:8 requester`` if a node asked (whom a
+  hand-over gives the record to); ``Q<node>``: its doorbell, an atomic add
+  in the transaction that asks and in one that removes a request (``serve``).
+  The node's agent watches the doorbell (FoundationDB watches one key, not
+  a range) and reads the requests when it rings. A traverse's request
+  (``nodecache/sync.py``) is kept by its polls (``request_waiting``): its
+  expiry follows the asking node's lease, its nonce stays, so the agent
+  does not take it for a new one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ if TYPE_CHECKING:
 
 HELD = struct.Struct(">qq")  # token, lease (then the node's name)
 LEASE = struct.Struct(">qq")  # lease, expiry read version
-REQUEST = struct.Struct(">qq")  # expiry read version, nonce
+REQUEST = struct.Struct(">qq")  # expiry read version, nonce (then the asking node's lease and name)
+ASKER = struct.Struct(">q")  # the asking node's lease (then its name)
 _ONE = (1).to_bytes(8, "little")
 #: how long a release request stands; a waiter asks again well before (the node cache every 0.25 s)
 REQUEST_SECONDS = 5.0
@@ -141,12 +144,36 @@ def holder(tr: Any, store: FdbStore, key: bytes, version: int, snapshot: bool = 
     return None
 
 
-def ask(tr: Any, store: FdbStore, key: bytes, owner: bytes, requester_lease: int, version: int) -> None:
-    """A release request to ``owner`` for ``key``, and its doorbell rung."""
+def ask(tr: Any, store: FdbStore, key: bytes, owner: bytes, requester_lease: int, version: int,
+        requester: bytes = b"") -> None:
+    """A release request to ``owner`` for ``key``, and its doorbell rung.
+    A node's request names it and its lease: a hand-over gives it the record."""
     keys = store.nodes
     expiry = version + int(REQUEST_SECONDS * fs.VERSIONS_PER_SECOND)
-    tr.set(keys.request(owner, key), REQUEST.pack(expiry, secrets.randbits(63)))
+    named = ASKER.pack(requester_lease) + requester if requester else b""
+    tr.set(keys.request(owner, key), REQUEST.pack(expiry, secrets.randbits(63)) + named)
     tr.add(keys.doorbell(owner), _ONE)
+
+
+def serve(tr: Any, keys: NodeKeys, node: bytes, key: bytes) -> bytes | None:
+    """The release request to ``node`` for ``key`` goes; if one stood, the
+    node's doorbell rings, so its agent's next round sees it gone (``Served``)
+    now, not at the next request. Its value, None if there was none. (Read:
+    a request made again meanwhile conflicts, and the retry serves it too.)"""
+    raw = fs.value_of(tr.get(keys.request(node, key)))
+    if raw is not None:
+        tr.clear(keys.request(node, key))
+        tr.add(keys.doorbell(node), _ONE)
+    return raw
+
+
+def asker(raw: bytes | None, version: int) -> tuple[bytes, int] | None:
+    """(node, lease) that asked in the request ``raw``, if it is a node's and
+    stands at read version ``version``; None for a process's or one run out."""
+    if raw is None or len(raw) <= REQUEST.size or REQUEST.unpack_from(raw)[0] <= version:
+        return None
+    (lease,) = ASKER.unpack_from(raw, REQUEST.size)
+    return raw[REQUEST.size + ASKER.size:], lease
 
 
 def wipe(tr: Any, store: FdbStore) -> None:

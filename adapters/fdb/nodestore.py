@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dbwrap_py.adapters.fdb import store as fs
-from dbwrap_py.adapters.fdb.nodekeys import LEASE, REQUEST, lease_expiry
+from dbwrap_py.adapters.fdb.nodekeys import LEASE, REQUEST, lease_expiry, serve
 from dbwrap_py.adapters.fdb.ownership import FdbOwnership
 from dbwrap_py.nodecache.ownership_base import PerDatabase, grant_retrying, new_requests
 from dbwrap_py.nodecache.protocol import NodeLease, NodeStore, Served
@@ -67,7 +67,8 @@ class FdbNodeStore(NodeStore):
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
         """The requests standing, then each new one when the doorbell rings
-        (a watch on it, set in the transaction that read them)."""
+        (a watch on it, set in the transaction that read them), and each one
+        served (``nodekeys.serve`` rings it too)."""
         keys = self.shared.nodes
         begin = keys.requests(node)
         doorbell: list[Any] = []  # the watch set by the last read
@@ -76,7 +77,7 @@ class FdbNodeStore(NodeStore):
             # by (request key, nonce): a request asked again is new, one kept alive (request_waiting) is not
             version, found = tr.get_read_version().wait(), {}
             for kv in tr.get_range(begin, fs.prefix_end(begin)):
-                expiry, nonce = REQUEST.unpack(bytes(kv.value))
+                expiry, nonce = REQUEST.unpack_from(bytes(kv.value))
                 if expiry <= version:
                     tr.clear(bytes(kv.key))  # its requester stopped asking
                 else:
@@ -97,7 +98,7 @@ class FdbNodeStore(NodeStore):
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         keys = self._store(db_id).nodes
-        self.shared.run("release request served", lambda tr, _: tr.clear(keys.request(node, key)))
+        self.shared.run("release request served", lambda tr, _: serve(tr, keys, node, key))
 
     def database(self, db_id: bytes) -> FdbOwnership:
         store = self._store(db_id)

@@ -11,7 +11,9 @@ version above the wipe's (``FdbStore.wipe_revision``), and tokens up to it
 are void. Each write-back reads the key that holds the ownership, so a
 takeover and a write-back of the same record conflict; a takeover from a
 node whose lease ran out also clears that lease, so the node's keepalive,
-which reads it, cannot revive it past the takeover.
+which reads it, cannot revive it past the takeover. A hand-over is a
+write-back that, in the same transaction, makes the record the asking
+node's (``NodeOps.hand_over``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dbwrap_py.adapters.fdb import store as fs
-from dbwrap_py.adapters.fdb.nodekeys import HELD, REQUEST, ask, bury, held_of, holder, lease_expiry, requester_expiry
+from dbwrap_py.adapters.fdb.nodekeys import (
+    HELD,
+    REQUEST,
+    ask,
+    asker,
+    bury,
+    held_of,
+    holder,
+    lease_expiry,
+    requester_expiry,
+    serve,
+)
 from dbwrap_py.errors import ConfigError, FencedOut
 from dbwrap_py.nodecache.adapter import node_cache_mode
 from dbwrap_py.nodecache.layout import bucket_of
@@ -106,7 +119,7 @@ class NodeOps:
 
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         self.store.run("release request", lambda tr, _: ask(
-            tr, self.store, key, owner, requester_lease, tr.get_read_version().wait()))
+            tr, self.store, key, owner, requester_lease, tr.get_read_version().wait(), requester))
 
     def _fenced(self, tr: Any, key: bytes, token: int, via_bucket: bool) -> bool:
         """The ownership ``token`` still holds ``key``, on a live lease (read: a takeover conflicts)."""
@@ -122,12 +135,28 @@ class NodeOps:
 
     def write_back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                    node: bytes, lease: int) -> bool:
+        return self._back(key, value, token, via_bucket, node, False)
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """``write_back``, and in the same transaction the record made the
+        asking node's where a node's request for it stands and that node's
+        lease is live (read at this read version, as its take reads its own):
+        a record lock on that lease, its token this read version, above the
+        holder's (whose take committed before it), as that node's take would
+        have made it; its next take adopts it. One serializable transaction:
+        nobody can take the record between the write-back and the lock. A
+        process's request, or none, leaves the record free."""
+        return self._back(key, value, token, via_bucket, node, True)
+
+    def _back(self, key: bytes, value: bytes | None, token: int, via_bucket: bool, node: bytes,
+              hand_over: bool) -> bool:
         keys, write_id = self.keys, secrets.token_bytes(16)
 
         def body(tr: Any, after_unknown: bool) -> bool:
             if after_unknown and self.store.landed(tr, write_id):
                 return True  # it let the ownership go: the fence below would say False
-            tr.clear(keys.request(node, key))
+            asked = serve(tr, keys, node, key)
             if not self._fenced(tr, key, token, via_bucket):
                 return False
             self.store.write_record(tr, key, value)
@@ -136,9 +165,13 @@ class NodeOps:
                 tr.set(keys.detach(key), token.to_bytes(8, "big"))
             else:
                 tr.clear(keys.lock(key))
+            version = tr.get_read_version().wait()
+            to = asker(asked, version) if hand_over else None
+            if to is not None and lease_expiry(tr, keys, to[0], to[1], snapshot=True) > version:
+                tr.set(keys.lock(key), HELD.pack(version, to[1]) + to[0])  # as its own take would
             return True
 
-        return self.store.run("node write-back", body)
+        return self.store.run("node hand-over" if hand_over else "node write-back", body)
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         def body(tr: Any, _: bool) -> bool:
@@ -153,7 +186,7 @@ class NodeOps:
         keys = self.keys
 
         def body(tr: Any, _: bool) -> None:
-            tr.clear(keys.request(node, key))
+            serve(tr, keys, node, key)
             held = held_of(fs.value_of(tr.get(keys.lock(key))))
             if held is not None and held[1:] == (lease, node):
                 tr.clear(keys.lock(key))
@@ -224,10 +257,10 @@ class NodeOps:
             raw = fs.value_of(tr.get(keys.request(owner, key)))  # read: the agent's done() conflicts
             if raw is None:
                 return False
-            expiry, nonce = REQUEST.unpack(raw)
+            expiry, nonce = REQUEST.unpack_from(raw)
             lease_expires = requester_expiry(tr, keys, requester_lease)
-            if lease_expires > expiry:  # the nonce stays: the agent sees no new request
-                tr.set(keys.request(owner, key), REQUEST.pack(lease_expires, nonce))
+            if lease_expires > expiry:  # the nonce and the asker stay: the agent sees no new request
+                tr.set(keys.request(owner, key), REQUEST.pack(lease_expires, nonce) + raw[REQUEST.size:])
             return True
 
         return self.store.run("release request waiting", body)
@@ -236,3 +269,9 @@ class NodeOps:
 class FdbOwnership(CalledOwnership):
     """One database's ownership operations, through ``call(method, *args)``:
     the process's store (``NodeOps``), or its relay after a fork."""
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """By name, as the other calls: the store's ``NodeOps.hand_over``
+        (CalledOwnership has none, so it would fall back to a plain write-back)."""
+        return bool(self._call("hand_over", key, value, token, via_bucket, node, lease))

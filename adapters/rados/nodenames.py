@@ -9,11 +9,13 @@ beside the records (``<key>``: percent-encoded, ``<bb>``: the bucket in hex):
     d<key>  the key was detached from the claim whose token it holds
 
 Release requests: omap entries ``q<db>/<key>`` on the owner's node object
-(``node_oid``), valued by a nonce: a request made again is a new one.
+(``node_oid``), valued by a nonce (a request made again is a new one), then
+``/node:lease`` if a node asked: whom ``hand_over`` gives the record to.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ import rados
 
 from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.ownership_base import Held
+from dbwrap_py.nodecache.ownership_base import Held, holder_mark
 from dbwrap_py.nodecache.ownership_base import parse_holder_mark as parse_holder
 
 #: the node lease's cls_lock
@@ -99,6 +101,19 @@ class Leases:
 
 def request_entry(db_id: bytes, key: bytes) -> str:
     return f"q{rc.encode_key(db_id)}/{rc.encode_key(key)}"
+
+
+def request_value(requester: bytes, lease: int) -> bytes:
+    """A release request's value: a new nonce, so the agent hears a request
+    made again as new; then the asking node's ``node:lease`` if a node asks."""
+    nonce = b"%x" % secrets.randbits(63)
+    return nonce + b"/" + holder_mark(requester, lease) if requester else nonce
+
+
+def request_holder(value: bytes) -> tuple[bytes, int] | None:
+    """The asking node and its lease, from a request's value; None if a process asked."""
+    _, by_node, mark = value.partition(b"/")
+    return parse_holder(mark) if by_node else None
 
 
 def parse_request(entry: str) -> tuple[bytes, bytes] | None:

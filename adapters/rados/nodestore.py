@@ -5,8 +5,9 @@ lease id, held for the TTL and renewed with LOCK_MUST_RENEW: the OSD judges
 expiry, and an expired lease stays dead.
 
 Release requests: omap entries ``q<db>/<key>`` on the owner's node object
-(valued by a nonce: a request made again is a new one), then a notify on
-it; the agent watches the object and reads the entries.
+(valued by a nonce: a request made again is a new one; then the asking
+node, if a node asks: ``nodenames.request_value``), then a notify on it;
+the agent watches the object and reads the entries.
 """
 
 from __future__ import annotations

@@ -22,15 +22,15 @@ bits, so every token from before the last wipe is at most ``wipe_revision``.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping
 
 import rados
 
 from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.adapters.rados.nodenames import Holding, Leases, Names, all_entries, bucket_entries, guard_free, node_oid
-from dbwrap_py.adapters.rados.nodenames import parse_holder, request_entry
-from dbwrap_py.nodecache.ownership_base import Refused, ServedOwnership, live_owners, new_token, take_retrying
+from dbwrap_py.adapters.rados.nodenames import parse_holder, request_entry, request_holder, request_value
+from dbwrap_py.nodecache.ownership_base import Refused, ServedOwnership, generation_of, live_owners, new_token
+from dbwrap_py.nodecache.ownership_base import take_retrying
 from dbwrap_py.nodecache.ownership_base import holder_mark as holder
 from dbwrap_py.nodecache.ownership_base import wipe_revision as wipe_revision  # for adapter.py
 from dbwrap_py.nodecache.protocol import Claim, Taken
@@ -132,7 +132,7 @@ class RadosOwnership(ServedOwnership):
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         oid = node_oid(self.prefix, owner)
         entry = request_entry(self.db_id, key)
-        asked = b"%x" % secrets.randbits(63)  # a request made again is a new one
+        asked = request_value(requester, requester_lease)
         self.ops.write(oid, lambda op: (op.new(rados.LIBRADOS_CREATE_IDEMPOTENT),
                                         self.ops.io.set_omap(op, [entry], [asked])), "release request")
         self.ops.notify(oid, entry, "release request")
@@ -175,17 +175,49 @@ class RadosOwnership(ServedOwnership):
                 self.ops.notify(oid, names.record, what)
         return result == 0
 
-    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                          to: tuple[bytes, int] | None = None) -> bool:
+        """With ``to`` (a node, its lease), the same op makes the record that
+        node's: its record lock on a new token, as its own take would set it
+        (of the holder's token's generation: the agent's ownership knows no epoch)."""
         names = Names.of(key)
+        given = token
+        while to is not None and given == token:
+            given = new_token(max(self.epoch, generation_of(token)))
 
         def change(op: rados.WriteOp) -> None:
             self._store(op, names, value)
             if via_bucket:
                 self.ops.io.set_omap(op, [names.detached], [b"%x" % token])
-            else:
+            elif to is None:
                 self.ops.io.remove_omap_keys(op, [names.lock, names.who])
+            if to is not None:
+                self.ops.io.set_omap(op, [names.lock, names.who], [b"%x" % given, holder(*to)])
 
-        return self.end(key, lambda op: self._fence(op, names, token, via_bucket), change, "write back")
+        return self.end(key, lambda op: self._fence(op, names, token, via_bucket), change,
+                        "hand over" if to is not None else "write back")
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """No op spans the request (on the node's object) and the record (on
+        its own), so: the request read; removed, guarded on its value (a
+        request made again stands, for the agent to serve); then the record
+        written back and made its asker's in one op fenced on ``token``, so
+        nobody takes it in between. The asker's lease is asked of the OSD
+        before: one that dies after that leaves a lock like its own take
+        just before it died, which ``settle`` clears. The holder's chainlock
+        keeps its node's processes out meanwhile."""
+        oid, entry = node_oid(self.prefix, node), request_entry(self.db_id, key)
+        asked = self.ops.read(oid, [entry], "hand over").get(entry)
+        if asked is None:  # nobody asks (any more): the record stays free
+            return self.write_back_fenced(key, value, token, via_bucket)
+        to = request_holder(asked)
+        if to is not None and not self.leases.live(*to):
+            to = None
+        unchanged = self.ops.write(oid, lambda op: (
+            op.omap_cmp(entry, asked.decode(), rados.LIBRADOS_CMPXATTR_OP_EQ),
+            self.ops.io.remove_omap_keys(op, [entry])), "release request served") == 0
+        return self.write_back_fenced(key, value, token, via_bucket, to if unchanged else None)
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         names = Names.of(key)

@@ -4,7 +4,8 @@ Where things are:
 
 * the cluster file (option ``cluster_file``), ATTACHed as ``cluster`` by every
   connection here: ``nodes`` (each node's lease: its id and expiry),
-  ``requests`` (release requests to a node, each with an expiry), and
+  ``requests`` (release requests to a node, each with an expiry and, where
+  a node asked, that node's lease), and
   ``databases`` (each database's node-cache id and path, so that an agent
   can open it);
 * each database's own file, beside its records: ``owners`` (record locks
@@ -18,7 +19,12 @@ its row in ``nodes`` has not expired by SQLite's clock (``NOW``), read in the
 statement that relies on it, as sqlite_leased's own leases are; a keepalive
 cannot revive an expired lease. Every write-back is fenced, in the same
 transaction, on the token and on that lease. A transaction here writes the
-database file first and only reads the cluster file (see ``Sql.transaction``).
+database file first (see ``Sql.transaction``) and only reads the cluster
+file, save a hand-over's: its second statement removes the request it
+serves, before it has read anything there, and so waits for the cluster
+file's write lock as the first did for the database file's (had it read
+there first, SQLite would refuse the write at once if another connection
+had written the file since).
 
 The node agent's store is in ``nodestore.py``. A release request lives
 until its requester's lease would end (a process asks again each time it
@@ -27,6 +33,7 @@ tries the lock, which extends it).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 
 from dbwrap_py.adapters.sqlite_leased.client import NOW, Sql
@@ -40,7 +47,7 @@ from dbwrap_py.safe_files import sqlite_file
 CLUSTER_FILE = "sqlite_leased.cluster"
 CLUSTER_SCHEMA = """CREATE TABLE IF NOT EXISTS cluster.nodes (name TEXT PRIMARY KEY, lease INTEGER UNIQUE, expires REAL);
 CREATE TABLE IF NOT EXISTS cluster.requests (id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT, db TEXT, k BLOB,
-    expires REAL, UNIQUE (node, db, k));
+    expires REAL, requester_lease INTEGER, UNIQUE (node, db, k));
 CREATE TABLE IF NOT EXISTS cluster.databases (id TEXT PRIMARY KEY, path TEXT NOT NULL);"""
 DATABASE_SCHEMA = """CREATE TABLE IF NOT EXISTS owners (k BLOB PRIMARY KEY, bucket INTEGER, node TEXT, lease INTEGER, token INTEGER);
 CREATE INDEX IF NOT EXISTS owners_bucket ON owners (bucket);
@@ -74,9 +81,21 @@ def attach(sql: Sql, cluster_file: str, mode: int, db: bytes | None = None, path
         raise Unavailable(f"sqlite: {cluster_file}: {exc}") from exc
     conn.executescript("PRAGMA cluster.journal_mode=WAL;" + CLUSTER_SCHEMA
                        + (DATABASE_SCHEMA if db is not None else "") + VIEWS)
+    add_requester_lease(conn)
     conn.create_function("bucket", 1, bucket_of, deterministic=True)
     if db is not None and path is not None:
         conn.execute("INSERT OR IGNORE INTO cluster.databases VALUES (?, ?)", (db.decode(), path))
+
+
+def add_requester_lease(conn: sqlite3.Connection) -> None:
+    """A cluster file the version before made has no ``requests.requester_lease``: add it."""
+    if any(column[1] == "requester_lease" for column in conn.execute("PRAGMA cluster.table_info(requests)")):
+        return
+    try:
+        conn.execute("ALTER TABLE cluster.requests ADD COLUMN requester_lease INTEGER")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):  # else another opener added it meanwhile
+            raise
 
 
 def wipe(sql: Sql) -> None:
@@ -156,25 +175,49 @@ class SqliteOwnership(ServedOwnership):
         return Claim(token, dict(records))
 
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
-        self._sql().run("""INSERT INTO cluster.requests (node, db, k, expires)
-                           SELECT ?, ?, ?, expires FROM cluster.nodes WHERE lease = ?
-                           ON CONFLICT DO UPDATE SET expires = excluded.expires""",
-                        (owner.decode(), self.db, key, requester_lease))
+        # the request keeps the asking node's lease, for hand_over; none where a process asks
+        self._sql().run("""INSERT INTO cluster.requests (node, db, k, expires, requester_lease)
+                           SELECT ?, ?, ?, expires, ? FROM cluster.nodes WHERE lease = ?
+                           ON CONFLICT DO UPDATE SET expires = excluded.expires,
+                           requester_lease = excluded.requester_lease""",
+                        (owner.decode(), self.db, key, requester_lease if requester else None, requester_lease))
 
     def _args(self, key: bytes, token: int) -> dict[str, object]:
         return {"k": key, "token": token, "bucket": bucket_of(key)}
 
     def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         sql = self._sql()
-        # the first statement ends the ownership, fenced: a record lock goes, a bucket's key is detached
+        with sql.transaction():  # its first statement ends the ownership, fenced
+            return self._end(sql, key, value, token, via_bucket)
+
+    def _end(self, sql: Sql, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+        """In a transaction: the ownership ends, fenced (a record lock goes, a
+        bucket's key is detached), and ``value`` is stored; False if ``token`` no longer holds."""
         end = (f"INSERT OR REPLACE INTO detached SELECT :k, :token WHERE EXISTS ({FENCES[True]}) RETURNING 1"
                if via_bucket else
                "DELETE FROM owners WHERE k = :k AND token = :token AND lease IN (SELECT lease FROM live_nodes)"
                " RETURNING 1")
+        done = bool(sql.run(end, self._args(key, token)))
+        if done:
+            self._store(sql, key, value)
+        return done
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """``write_back`` in one transaction that also removes the release
+        request and, where a node's stands (unexpired, its lease live), puts
+        that node's record lock on the key with a new token, as its own
+        ``take`` would: its next take finds the hold its own."""
+        sql = self._sql()
         with sql.transaction():
-            done = bool(sql.run(end, self._args(key, token)))
-            if done:
-                self._store(sql, key, value)
+            new_token = sql.run("UPDATE tokens SET n = n + 1 RETURNING n")[0][0]  # writes this file first
+            asked = sql.run(f"""DELETE FROM cluster.requests WHERE node = ? AND db = ? AND k = ?
+                                RETURNING CASE WHEN expires > {NOW} THEN requester_lease END""",
+                            (node.decode(), self.db, key))
+            done = self._end(sql, key, value, token, via_bucket)
+            if done and asked and asked[0][0] is not None:  # a node asked: the record is its own
+                sql.run("INSERT OR REPLACE INTO owners SELECT ?, ?, name, lease, ? FROM live_nodes WHERE lease = ?",
+                        (key, bucket_of(key), new_token, asked[0][0]))
         return done
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:

@@ -10,7 +10,8 @@
   kazoo's own log stays quiet, since the bridge logs each error raised once.
 * ``multi`` is ZooKeeper's atomic multi-op (kazoo's ``transaction``), with
   ops as tuples: ``("create", path, data, ephemeral)``, ``("set", path,
-  data)``, ``("delete", path)``, ``("check", path)`` (exists).
+  data[, version])``, ``("delete", path[, version])``, ``("check", path)``
+  (exists).
 * ``create_all``: a multi that takes locks, refused if one is taken.
 * ``write``: a fenced write of one record, its existence guessed;
   ``let_go_if_lost``: a lock whose take or release had its answer lost goes.
@@ -182,8 +183,8 @@ class Session:
                 txn.create(path, rest[0], ephemeral=rest[1])
             elif kind == "set":  # rest: data, and the version expected, if any
                 txn.set_data(path, *rest)
-            elif kind == "delete":
-                txn.delete(path)
+            elif kind == "delete":  # rest: the version expected, if any
+                txn.delete(path, *rest)
             else:
                 txn.check(path, -1)
         results = self._wait(txn.commit_async(), f"multi of {len(ops)} ops")
@@ -237,9 +238,10 @@ class Session:
                 return failed is None
         raise Unavailable(f"zookeeper: writing {path}: {failed[1]!r}")
 
-    def forget(self, path: str) -> None:
-        """Delete ``path`` if it is there, unwaited (a served release request)."""
-        self.client.delete_async(path)
+    def forget(self, path: str, version: int = -1) -> None:
+        """Delete ``path`` if it is there (at ``version``, if given), unwaited
+        (a served release request)."""
+        self.client.delete_async(path, version)
 
     def ensure(self, *paths: str) -> None:
         for path in paths:

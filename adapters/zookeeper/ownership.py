@@ -9,7 +9,9 @@ bucket claim, each with a fence ``f/k<key>.<token>`` / ``f/b<bb>.<token>``
 that every write-back checks; ``f/x<key>.<token>`` marks a key detached
 from claim ``token``. Whoever meets an ownership whose lease fence is gone
 removes it. Release requests: ephemeral ``_nodes/r/<node>/<db>.<key>`` (hex)
-of the asker's session, watched by the agent. docs/adapters/zookeeper.md.
+of the asker's session, valued ``<node>:<lease>`` when a node asks (empty
+for a process), watched by the agent; a hand-over puts the record lock on
+that lease in its write-back's multi. docs/adapters/zookeeper.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from kazoo.exceptions import NodeExistsError
 from dbwrap_py.adapters.zookeeper.client import Op, Session, record_ops
 from dbwrap_py.errors import FencedOut, Unavailable
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.ownership_base import ServedOwnership, new_token, wipe_revision as _wipe_revision
+from dbwrap_py.nodecache.ownership_base import (
+    ServedOwnership,
+    holder_mark,
+    new_token,
+    parse_holder_mark,
+    wipe_revision as _wipe_revision,
+)
 from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Taken
 
 RANDOM_BITS = 32
@@ -164,14 +172,50 @@ class ZkOwnership(ServedOwnership):
         return Claim(token, {key: value for key, value in zip(keys, values) if value is not None})
 
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
-        self.zk().multi([("create", self._request(owner, key), b"", True)])  # NodeExists: asked already
+        """The request names the asking node, for ``hand_over``. NodeExists:
+        asked already, and the request standing keeps its asker."""
+        mark = holder_mark(requester, requester_lease) if requester else b""
+        self.zk().multi([("create", self._request(owner, key), mark, True)])
 
-    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
+    def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                          to: Holder | None = None, asked: tuple[str, int] = ("", -1)) -> bool:
+        """With ``to``, the same multi makes the record that holder's (its
+        lock and fence, its lease fence checked) and deletes the release
+        request ``asked`` (path, version): False as well if any of that fails."""
         root = self.root(token)
         fence = znode(root, "b" if via_bucket else "l", key, token)
         end: list[Op] = ([("create", znode(root, "x", key, token), b"", False)] if via_bucket else
                          [("delete", fence), ("delete", znode(root, "l", key))])
+        if to is not None:
+            end += [("create", znode(root, "l", key), to.encode(), False),
+                    ("create", znode(root, "l", key, to.token), b"", False),
+                    ("check", lease_path(self.nodes, to.lease)), ("delete", *asked)]
         return self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value)
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """The request read, then one multi (two round trips): the
+        write-back, the requester's lock put on its lease with a new token
+        of the generation, as its own take would, and the request deleted
+        at the version read. The old lock goes in the same multi, so the
+        holder's own waiters never find the record free. Refused (the
+        token lost, the requester's lease gone, the request changed), and
+        for a process's request (no node named), a plain write-back: the
+        record free, the request deleted if unchanged."""
+        asked = self._request(node, key)
+        mark, version = self.zk().get_versioned(asked)
+        requester, requester_lease = parse_holder_mark(mark or b"")
+        if requester:
+            handed = token
+            while handed == token:
+                handed = new_token(token >> RANDOM_BITS, RANDOM_BITS)
+            to = Holder(requester, requester_lease, handed)
+            if self.write_back_fenced(key, value, token, via_bucket, to, (asked, version)):
+                return True
+        done = self.write_back_fenced(key, value, token, via_bucket)
+        if mark is not None:
+            self.zk().forget(asked, version)
+        return done
 
     def served(self, node: bytes, key: bytes) -> None:
         self.zk().forget(self._request(node, key))

@@ -2,7 +2,8 @@
 node cache, on the model of FoundationDB (``fdb_library = model``): results
 of ``fdb (model)``, not of FoundationDB. Node leases judged in read versions,
 fenced write-backs, process locks against node takes and claims, release
-requests heard by a watch on the node's doorbell, and tokens across a wipe.
+requests heard by a watch on the node's doorbell (and heard gone when
+served), hand-overs to the asking node, and tokens across a wipe.
 The node cache on top of it: tests/python/test_node_cache.py."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dbwrap_py.adapter import TDB_CLEAR_IF_FIRST, DatabaseSpec
 from dbwrap_py.adapters.fdb.nodestore import FdbNodeStore
 from dbwrap_py.adapters.fdb.adapter import FdbAdapter
 from dbwrap_py.nodecache.layout import bucket_of
-from dbwrap_py.nodecache.protocol import OwnedElsewhere
+from dbwrap_py.nodecache.protocol import OwnedElsewhere, Served
 from dbwrap_py.options import Options
 from dbwrap_py.testing.fdb_model.throwaway import model_server
 
@@ -183,12 +184,111 @@ def test_requests_arrive_by_the_doorbell_watch_not_by_polling(node):
     assert heard and heard[0][1] == (db.node_cache_id, b"k")
     assert heard[0][0] - asked < 0.3, f"heard {heard[0][0] - asked:.2f} s after the request"
     store.done(b"n", db.node_cache_id, b"k")
-    own.request_release(b"k", b"n", lease.id)  # asked again after it was served: heard again
-    while len(heard) < 2 and time.monotonic() < deadline:
+    while len(heard) < 2 and time.monotonic() < deadline:  # done() rings the doorbell too
         time.sleep(0.01)
-    assert [r for _, r in heard] == [(db.node_cache_id, b"k")] * 2
+    own.request_release(b"k", b"n", lease.id)  # asked again after it was served: heard again
+    while len(heard) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r for _, r in heard] == [(db.node_cache_id, b"k"), Served(db.node_cache_id, b"k"),
+                                     (db.node_cache_id, b"k")]
     stop.set()
     listener.join(5)
+
+
+def test_a_hand_over_makes_the_record_the_asking_nodes_with_a_new_token(node, cluster_file):
+    """Node m asks node n for a record: n's hand-over writes it back and, in
+    the same transaction, puts m's record lock on it with a token of its own,
+    so nobody takes it in between and m's next take adopts it. A process's
+    request, a requester whose lease is gone, or a token that no longer holds
+    leave it as write_back would."""
+    db, own, store, lease = node
+    other = store.grant(b"m", 30)
+    held = own.take(b"h", b"n", lease.id)
+    own.request_release(b"h", b"n", other.id, requester=b"m")
+    assert own.hand_over(b"h", b"v1", held.token, False, b"n", lease.id)
+    assert own.owner(b"h") == b"m", "the record is the asking node's"
+    assert not own.request_waiting(b"h", b"n", other.id), "the request went in the hand-over"
+    assert not own.write_back(b"h", b"stale", held.token, False, b"n", lease.id), "n's token is void"
+    adopted = own.take(b"h", b"m", other.id)
+    assert adopted.value == b"v1" and adopted.token > held.token
+    assert own.take(b"h", b"m", other.id).token == adopted.token, "m's own hold, adopted again"
+
+    key = same_bucket(1)[0]  # out of a bucket claim: detached, then m's
+    claim = own.claim(bucket_of(key), b"n", lease.id)
+    assert claim is not None
+    own.request_release(key, b"n", other.id, requester=b"m")
+    assert own.hand_over(key, b"v2", claim.token, True, b"n", lease.id)
+    assert own.owner(key) == b"m"
+    assert own.take(key, b"m", other.id).value == b"v2"
+    with pytest.raises(OwnedElsewhere):
+        own.take(same_bucket(2)[1], b"m", other.id)  # the rest of the bucket is still n's
+
+    process = own.take(b"p", b"n", lease.id)  # a process asks (store.py asks with lease 0, no name)
+    own.request_release(b"p", b"n", 0)
+    assert own.hand_over(b"p", b"v3", process.token, False, b"n", lease.id)
+    assert own.owner(b"p") is None and db.get(b"p") == b"v3"
+
+    gone = store.grant(b"gone", 30)
+    dead = own.take(b"d", b"n", lease.id)
+    own.request_release(b"d", b"n", gone.id, requester=b"gone")
+    store.revoke(gone)
+    assert own.hand_over(b"d", b"v4", dead.token, False, b"n", lease.id)
+    assert own.owner(b"d") is None, "no lock on a lease that is not live"
+
+    late = own.take(b"f", b"n", lease.id)
+    own.request_release(b"f", b"n", other.id, requester=b"m")
+    assert own.write_back(b"f", b"v5", late.token, False, b"n", lease.id)
+    own.request_release(b"f", b"n", other.id, requester=b"m")
+    assert not own.hand_over(b"f", b"v6", late.token, False, b"n", lease.id), "fenced: nothing written"
+    assert own.owner(b"f") is None and db.get(b"f") == b"v5"
+    store.revoke(other)
+
+
+def test_a_served_request_is_heard_gone_by_the_doorbell(node):
+    """A write-back, a hand-over or the agent's done() that removes a request
+    rings the owner's doorbell, so its agent's requests yield Served within
+    a round trip or two, not at the next request."""
+    db, own, store, lease = node
+    other = store.grant(b"m2", 30)
+    heard: list[tuple[float, object]] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        for request in store.requests(b"n", stop):
+            if request in ((db.node_cache_id, b"s"), Served(db.node_cache_id, b"s")):  # not other tests' "n"
+                heard.append((time.monotonic(), request))
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+
+    def next_heard(count: int) -> tuple[float, object]:
+        deadline = time.monotonic() + 5
+        while len(heard) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(heard) >= count, f"heard {[r for _, r in heard]}"
+        return heard[count - 1]
+
+    db_id = db.node_cache_id
+    serves = [lambda token: own.write_back(b"s", b"v", token, False, b"n", lease.id),
+              lambda token: own.hand_over(b"s", b"v", token, False, b"n", lease.id),
+              lambda token: store.done(b"n", db_id, b"s")]
+    try:
+        for i, serve in enumerate(serves):
+            token = own.take(b"s", b"n", lease.id).token
+            own.request_release(b"s", b"n", other.id, requester=b"m2")
+            assert next_heard(2 * i + 1)[1] == (db_id, b"s")
+            served = time.monotonic()
+            serve(token)
+            at, what = next_heard(2 * i + 2)
+            assert what == Served(db_id, b"s")
+            assert at - served < 0.3, f"heard gone {at - served:.2f} s after it was served"
+            own.let_go(b"s", b"n", lease.id)
+            if own.owner(b"s") == b"m2":
+                own.let_go(b"s", b"m2", other.id)
+    finally:
+        stop.set()
+        listener.join(5)
+        store.revoke(other)
 
 
 def test_release_bucket_writes_back_in_parts_and_is_fenced_on_its_token(node):

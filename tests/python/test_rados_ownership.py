@@ -127,3 +127,36 @@ def test_a_request_made_again_after_it_was_served_is_heard_again(node):
     stop.set()
     own.request_release(b"k", b"n", 0)  # wakes the listener to see stop
     listener.join(5)
+
+
+def test_a_record_handed_over_is_the_asking_nodes_and_one_a_process_asked_for_is_free(ceph, tmp_path):
+    """hand_over gives the record to the node that asked (its lock, on a new
+    token its take adopts), from a record lock or a bucket claim alike, and
+    removes the request; a process's request leaves the record free."""
+    db = open_db(ceph, tmp_path)
+    own = db.ownership()
+    x, y = node_store(ceph), node_store(ceph)
+    lease_x, lease_y = x.grant(b"hx", 30), y.grant(b"hy", 30)
+
+    def requests(node: bytes) -> list[str]:
+        return [name for name, _ in x.ops.page(node_oid(x.prefix, node), "", "q", "test")[0]]
+
+    held = own.take(b"k", b"hx", lease_x.id)
+    claim = own.claim(bucket_of(b"c"), b"hx", lease_x.id)
+    assert claim is not None and bucket_of(b"c") != bucket_of(b"k")
+    for key, token, via_bucket in ((b"k", held.token, False), (b"c", claim.token, True)):
+        own.request_release(key, b"hx", lease_y.id, requester=b"hy")
+        assert own.hand_over(key, b"v" + key, token, via_bucket, b"hx", lease_x.id)
+        assert own.owner(key) == b"hy" and stored(db, key) == b"v" + key
+        assert requests(b"hx") == []
+        mine = own.take(key, b"hy", lease_y.id)  # y's waiter finds the hold its own
+        assert mine.value == b"v" + key and mine.token != token and not mine.via_bucket
+        if not via_bucket:  # (a claim's token holds for the rest of its bucket)
+            assert not own.write_back(key, b"stale", token, False, b"hx", lease_x.id), "x is fenced"
+        own.request_release(key, b"hy", 0)  # a process asks
+        assert own.hand_over(key, b"w", mine.token, False, b"hy", lease_y.id)
+        assert own.owner(key) is None and stored(db, key) == b"w"
+        assert requests(b"hy") == []
+    x.revoke(lease_x)
+    y.revoke(lease_y)
+    db.close()

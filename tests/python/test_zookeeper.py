@@ -252,6 +252,57 @@ def test_a_node_name_has_one_live_agent_and_a_revoked_lease_ends_at_once(zk):
         second.close()
 
 
+def test_a_record_handed_over_is_the_asking_nodes_and_a_processs_is_left_free(zk, tmp_path):
+    """ZkOwnership.hand_over: a node's request makes the record that node's
+    in the write-back's multi (a new token; its holder's take is refused),
+    the request gone; a process's request leaves the record free; and a
+    requester whose lease ended gets nothing, its request removed; a key
+    of a claimed bucket goes as well."""
+    from dbwrap_py.nodecache.layout import bucket_of
+    from dbwrap_py.nodecache.protocol import OwnedElsewhere
+
+    agents = [ZkNodeStore(Options({"hosts": zk.hosts, "op_timeout": str(OP_TIMEOUT)})) for _ in range(2)]
+    db = open_zk(zk.hosts, str(tmp_path / "handed.tdb"))
+    try:
+        leases = [agent.grant(name, SESSION) for agent, name in zip(agents, (b"a", b"b"))]
+        a, b = (lease.id for lease in leases)
+        own = db.adapter.ownership()
+        held = own.take(b"k", b"a", a)
+        own.request_release(b"k", b"a", b, requester=b"b")
+        assert own.hand_over(b"k", b"1", held.token, held.via_bucket, b"a", a)
+        assert not own.request_waiting(b"k", b"a", b), "the request went in the hand-over"
+        with pytest.raises(OwnedElsewhere) as refused:
+            own.take(b"k", b"a", a)
+        assert refused.value.node == b"b", "node a took it back before node b looked"
+        mine = own.take(b"k", b"b", b)
+        assert (mine.value, mine.via_bucket) == (b"1", False) and mine.token != held.token
+
+        own.request_release(b"k", b"b", 0)  # a process asks
+        assert own.hand_over(b"k", b"2", mine.token, False, b"b", b)
+        assert not own.request_waiting(b"k", b"b", 0)
+        again = own.take(b"k", b"a", a)  # free: anyone's
+        assert again.value == b"2"
+
+        own.request_release(b"k", b"a", b, requester=b"b")
+        agents[1].revoke(leases[1])  # node b's lease ends before the hand-over
+        assert own.hand_over(b"k", b"3", again.token, again.via_bucket, b"a", a)
+        assert not own.request_waiting(b"k", b"a", b)
+        assert own.take(b"k", b"a", a).value == b"3", "free: nothing put on a dead lease"
+
+        b = agents[1].grant(b"b", SESSION).id  # a key of a claimed bucket: detached, and node b's
+        claim = own.claim(bucket_of(b"c"), b"a", a)
+        assert claim is not None
+        own.request_release(b"c", b"a", b, requester=b"b")
+        assert own.hand_over(b"c", b"4", claim.token, True, b"a", a)
+        assert own.take(b"c", b"b", b).value == b"4"
+        with pytest.raises(OwnedElsewhere):
+            own.take(b"c", b"a", a)
+    finally:
+        db.close()
+        for agent in agents:
+            agent.close()
+
+
 def test_each_wipe_numbers_a_new_generation_above_the_last_ones_tokens(zk, tmp_path):
     """The node cache voids copies with a token up to wipe_revision: every
     token of a generation is above the wipe that made it, below the next."""

@@ -1020,8 +1020,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "too (ctdb:DB = no; default as in the seed talks; '' for none)")
     bench_cluster.add_argument("--network", metavar="PROFILE",
                                help="every node in a network namespace of its own, apart by a delay (tc "
-                                    "netem, else a TCP relay per node): lan, region, wan, or local (no "
-                                    "delay); "
+                                    "netem, else a TCP relay per node): lan, region, wan, multi-region "
+                                    "(node 2 15 ms from the rest; the relay only), or local (no delay); "
                                     "docs/benchmarks.md says what is delayed")
     bench_cluster.add_argument("--workload", default="shared", choices=("shared", "own-files"),
                                help="shared: every client opens one path (a hot record); own-files: each "

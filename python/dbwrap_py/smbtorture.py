@@ -348,6 +348,9 @@ class Rates:
     timed_out: bool = False
     #: why the run failed (smbd's log, smbtorture's output); empty when ok
     cause: list[str] = field(default_factory=list)
+    #: opens/s of each node's clients (PNN -> opens/s, as opens_per_second),
+    #: where each process ran on one node (own-files); else empty
+    per_node: dict[int, float] = field(default_factory=dict)
 
     @property
     def opens_per_second(self) -> float:
@@ -447,7 +450,8 @@ def own_files(sambas: Sequence[ThrowawaySamba], workdir: Path, nprocs: int, seco
     (path-contention-shared on one path per smbtorture process, one process
     per client up to OWN_FILES_PROCESSES, each on one node: cold records, no
     contention between nodes). The processes' per-second samples are added
-    up, second by second; the cause of a failure names the process."""
+    up, second by second, and per node (``Rates.per_node``); the cause of a
+    failure names the process."""
     share = sambas[0].share_path  # a cluster's nodes share one folder
     groups = own_files_groups(nprocs, len(sambas))
     commands = []
@@ -471,12 +475,16 @@ def own_files(sambas: Sequence[ThrowawaySamba], workdir: Path, nprocs: int, seco
             timed_out = True
         outputs.append(out)
     return added_rates([parse_rates(o) for o in outputs], timed_out, timeout,
-                       lambda: "\n".join(s.log_since(p) for s, p in zip(sambas, starts)))
+                       lambda: "\n".join(s.log_since(p) for s, p in zip(sambas, starts)),
+                       nodes=[node for node, _ in groups])
 
 
-def added_rates(parts: Sequence[Rates], timed_out: bool, timeout: float, logs: Callable[[], str]) -> Rates:
+def added_rates(parts: Sequence[Rates], timed_out: bool, timeout: float, logs: Callable[[], str],
+                nodes: Sequence[int] | None = None) -> Rates:
     """Several processes' rates as one: opens and closes added per second
-    (as far as every process has that second), latencies their mean."""
+    (as far as every process has that second), latencies their mean. With
+    ``nodes`` (each process's node), ``per_node`` holds each node's opens/s
+    from the same seconds, which add up to the whole's."""
     length = min((len(r.opens) for r in parts), default=0)
     total = Rates(output="\n".join(r.output for r in parts), timed_out=timed_out)
     for i in range(length):
@@ -485,6 +493,9 @@ def added_rates(parts: Sequence[Rates], timed_out: bool, timeout: float, logs: C
         total.closes.append(sum(r.closes[i] for r in parts))
         total.open_latency.append(sum(r.open_latency[i] for r in parts) / len(parts))
         total.close_latency.append(sum(r.close_latency[i] for r in parts) / len(parts))
+    for node in sorted(set(nodes or ())):
+        mine = [r for r, n in zip(parts, nodes or ()) if n == node]
+        total.per_node[node] = Rates(opens=[sum(r.opens[i] for r in mine) for i in range(length)]).opens_per_second
     failed = [i for i, r in enumerate(parts) if not r.ok]
     total.ok = bool(parts) and not failed and not timed_out and length > 0
     if timed_out:

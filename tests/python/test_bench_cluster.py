@@ -5,13 +5,15 @@ per round, and the results files."""
 import csv
 import json
 import time
+from pathlib import Path
+
 import pytest
 
 from dbwrap_py.bench import cluster
 from dbwrap_py.bench.cluster import CTDB, Configuration, Results, Sweep, configurations, round_order
 from dbwrap_py.bench.limits import CONNECT, ERROR, MEMORY, TIMEOUT, MemoryGuard, MemoryWatch, Stop, \
     failure, mem_available_kib
-from dbwrap_py.bench.smb import Point, table_lines
+from dbwrap_py.bench.smb import Point, measure_with, point_line, table_lines
 from dbwrap_py.samba import SambaError, SambaSetup, ThrowawaySamba
 from dbwrap_py.smbtorture import Rates, parse_rates, unclist_command, write_unclist
 
@@ -336,3 +338,98 @@ def test_a_workload_not_known_is_refused():
 
     with pytest.raises(ConfigError, match="--workload hot: not one of shared, own-files"):
         cluster.Sweep([], [1], 1, 1, workload="hot")
+
+
+# -- own-files: opens/s per node ----------------------------------------------------
+
+
+class FakeTorture:
+    """subprocess.Popen's stand-in for own-files' smbtortures: three
+    seconds of opens, as many per second as its node's ``rate`` (by the
+    port in its command line)."""
+
+    rates = {4450: 100, 4451: 40, 4452: 7}
+    commands: list[list[str]] = []
+
+    def __init__(self, command: list[str], **_) -> None:
+        FakeTorture.commands.append(command)
+        port = int(next(arg for arg in command if arg.startswith("--smb-ports=")).split("=")[1])
+        self.opens = self.rates[port]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        return "".join(f"{t}.00 second: open[num/s={self.opens},avslat=0.001,minlat=0.1,maxlat=0.2] "
+                       f"close[num/s={self.opens},avslat=0.001,minlat=0.1,maxlat=0.2]\n"
+                       for t in (1, 2, 3)) + "success: path-contention-shared\n", None
+
+    def kill(self) -> None:
+        pass
+
+
+class FakeNode:
+    """A node's smbd, as own-files sees it: its address, and no log."""
+
+    def __init__(self, pnn: int, share: Path) -> None:
+        self.unc, self.credentials, self.port, self.share_path = f"//node{pnn}/share", "u%p", 4450 + pnn, share
+
+    def log_position(self) -> int:
+        return 0
+
+    def log_since(self, position: int) -> str:
+        return ""
+
+
+def test_own_files_counts_opens_per_node_and_they_add_up_to_the_whole(tmp_path, monkeypatch):
+    from dbwrap_py import smbtorture
+
+    FakeTorture.commands.clear()
+    monkeypatch.setattr(smbtorture.subprocess, "Popen", FakeTorture)
+    nodes = [FakeNode(pnn, tmp_path) for pnn in range(3)]
+    rates = smbtorture.own_files(nodes, tmp_path, 4, 3)  # processes on nodes 0, 1, 2, 0
+    assert len(FakeTorture.commands) == 4 and rates.ok
+    assert rates.per_node == {0: 200, 1: 40, 2: 7} and rates.opens_per_second == 247
+    # through the sweep's point, its line and its JSON
+    point, _ = measure_with(lambda on_running: rates, "etcd", 4, 0)
+    assert point.per_node == {0: 200, 1: 40, 2: 7}
+    assert "opens/s per node: node 0 200, node 1 40, node 2 7" in point_line(point, 26)
+    run = Results(points=[point])
+    path = tmp_path / "own.json"
+    cluster.write_json(path, run, cluster.summary(run), configurations("etcd", []), {"workload": "own-files"})
+    data = json.loads(path.read_text())
+    assert data["points"][0]["per_node"] == {"0": 200, "1": 40, "2": 7}
+    assert data["summary"][0]["per_node"] == {"0": 200, "1": 40, "2": 7}
+
+
+def test_the_report_gives_each_nodes_opens_median_over_rounds_and_shared_runs_keep_theirs():
+    def own(mode: str, nprocs: int, per_node: dict[int, float], round_index: int) -> Point:
+        p = point(mode, nprocs, sum(per_node.values()), round_index)
+        p.per_node = per_node
+        return p
+
+    run = Results(points=[own(CTDB, 1, {0: 900}, 0), own("etcd", 1, {0: 700}, 0),
+                          own(CTDB, 4, {0: 800, 1: 400, 2: 400}, 0), own("etcd", 4, {0: 600, 1: 300, 2: 30}, 0),
+                          own(CTDB, 4, {0: 1000, 1: 500, 2: 500}, 1), own("etcd", 4, {0: 700, 1: 350, 2: 40}, 1),
+                          own(CTDB, 4, {0: 1200, 1: 500, 2: 500}, 2), own("etcd", 4, {0: 650, 1: 320, 2: 20}, 2)])
+    rows = cluster.summary(run)
+    assert by_key(rows)[(4, "etcd")]["per_node"] == {0: 650, 1: 320, 2: 30}
+    lines = cluster.report_lines(rows, run)
+    at = lines.index("opens/s per node (node 0 / node 1 / node 2): median over rounds")
+    assert lines[at + 1].split() == ["nprocs", CTDB, "etcd"]
+    assert lines[at + 2].split() == ["1", "900", "/", "-", "/", "-", "700", "/", "-", "/", "-"]
+    assert lines[at + 3].split() == ["4", "1000", "/", "500", "/", "500", "650", "/", "320", "/", "30"]
+    # the shared workload measures no node's share: its rows and report are as before
+    shared = results()
+    assert all("per_node" not in row for row in cluster.summary(shared))
+    assert not any("per node" in line for line in cluster.report_lines(cluster.summary(shared), shared))
+
+
+def test_multi_region_takes_the_relay_and_the_note_names_the_far_node(monkeypatch):
+    from dbwrap_py.cluster import netem, tcp_delay
+
+    monkeypatch.setattr(netem, "netem_missing", lambda: "")  # even where netem exists
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "")
+    network = cluster.network_settings("multi-region")["network"]
+    assert network["method"] == "tcp-delay" and network["far_nodes"] == [2]
+    assert (network["one_way_delay_ms"], network["far_one_way_delay_ms"]) == (0.1, 15.0)
+    assert "'multi-region' network profile (0.1 ms one way; node 2 15 ms from every other site, tcp-delay" \
+        in cluster.note(network=network)
+    assert "far_nodes" not in cluster.network_settings("lan")["network"]

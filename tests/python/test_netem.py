@@ -31,6 +31,8 @@ needs_relay = pytest.mark.skipif(bool(RELAY_MISSING), reason=f"no tcp delay rela
 #: across the bridge without it, even on a loaded machine
 MEASURED = PROFILES["wan"]
 ROUND_TRIPS = 5
+#: one node far from the rest: node 2 15 ms one way from every other site
+MULTI_REGION = PROFILES["multi-region"]
 
 ECHO_SERVER = """
 import socket, sys
@@ -83,6 +85,20 @@ def assert_pays_the_round_trip(times_ms: Sequence[float], profile: NetworkProfil
     assert min(times_ms) >= profile.least_round_trip_ms, (
         f"round trips {times_ms} ms: some below the {profile.least_round_trip_ms:g} ms "
         f"profile {profile.name} sets between two nodes")
+
+
+def site_name(site: int | None) -> str:
+    return "the caller's namespace" if site is None else f"node {site}"
+
+
+def assert_pays_between(times_ms: Sequence[float], profile: NetworkProfile, client: int,
+                        server: int | None) -> None:
+    """Every round trip from node ``client`` to ``server`` (None: the
+    caller's namespace) pays what ``profile`` sets between the two sites."""
+    least = profile.least_round_trip_between_ms(client, server)
+    assert min(times_ms) >= least, (
+        f"round trips {times_ms} ms: some below the {least:g} ms profile {profile.name} sets between "
+        f"{site_name(client)} and {site_name(server)}")
 
 
 def qdiscs_of(tag: str) -> list[str]:
@@ -178,6 +194,69 @@ def test_netem_gets_the_delay_and_jitter_and_no_delay_sets_no_qdisc():
     assert NetworkProfile("steady", 3.0).netem_args() == ["netem", "delay", "3ms"]
     assert PROFILES["local"].netem_args() == []
     assert profile.least_round_trip_ms == 2 * (1.5 - 0.25) < profile.round_trip_ms == 3.0
+
+
+def test_multi_region_sets_node_2_apart_from_every_other_site_and_the_others_keep_one_delay():
+    near, far = (0.1, 0.02), (15.0, 1.0)
+    assert MULTI_REGION.far_nodes == {2}
+    assert MULTI_REGION.one_way(0, 1) == MULTI_REGION.one_way(1, None) == near
+    for site, other in ((0, 2), (2, 0), (1, 2), (2, None), (None, 2)):
+        assert MULTI_REGION.one_way(site, other) == far, (site, other)
+    assert MULTI_REGION.least_round_trip_between_ms(0, 2) == 2 * (15.0 - 1.0)
+    assert MULTI_REGION.least_round_trip_between_ms(0, 1) == pytest.approx(2 * (0.1 - 0.02))
+    assert "multi-region (0.1 ms one way; node 2 15 ms from every other site" in \
+        str(pytest.raises(NetemError, profile_named, "moon").value)
+    # the others: one delay between any two sites, as before
+    assert [(p.name, p.delay_ms, p.jitter_ms) for p in PROFILES.values() if not p.far_nodes] == [
+        ("local", 0.0, 0.0), ("lan", 0.2, 0.05), ("region", 1.0, 0.2), ("wan", 30.0, 2.0)]
+    assert PROFILES["lan"].one_way(0, 2) == PROFILES["lan"].one_way(2, None) == (0.2, 0.05)
+
+
+def test_a_profile_with_far_nodes_takes_the_relay_even_with_netem_and_is_refused_without_it(monkeypatch):
+    monkeypatch.setattr(netem, "netem_missing", lambda: "")
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "")
+    assert delay_method(MULTI_REGION) == TCP_DELAY and delay_method(MEASURED) == NETEM
+    monkeypatch.setattr(tcp_delay, "tcp_delay_missing", lambda: "no nft")
+    with pytest.raises(NetemError, match="multi-region: its far nodes .* only the tcp delay relay makes "
+                                         r"here \(netem would need tc filters per destination, .*\); "
+                                         "tcp delay: no nft"):
+        delay_method(MULTI_REGION)
+    # and netem is never given one: refused before tc runs
+    monkeypatch.setattr(netem, "TC", "/nonexistent/tc")
+    with pytest.raises(NetemError, match="multi-region: its far nodes"):
+        delay_egress([], "lo", MULTI_REGION)
+
+
+def test_the_relay_holds_a_far_destination_by_the_far_delay_both_ways():
+    near, far = Hold(0.1, 0.02), Hold(15.0, 1.0)
+    relay = tcp_delay.TcpDelayRelay(["ip", "netns", "exec", "x"], "x", ["10.254.9.1", "10.254.9.3"],
+                                    near, near, far=["10.254.9.3"], far_hold=far)
+    command = relay.command()
+    parsed = tcp_delay.relay_from(command[command.index(tcp_delay.__name__) + 1:])
+    assert parsed.holds("10.254.9.3") == (far, far)
+    assert parsed.holds("10.254.9.1") == parsed.holds("10.254.9.254") == (near, near)
+    # without --far, every destination is held alike, as before
+    plain = tcp_delay.relay_from(["--delay-ms", "30", "--jitter-ms", "2", "--reply-delay-ms", "0"])
+    assert plain.holds("10.254.9.3") == (Hold(30.0, 2.0), Hold(0.0, 2.0))
+
+
+def test_multi_region_gives_node_2_a_far_relay_and_the_others_node_2_as_a_far_destination(monkeypatch):
+    from dbwrap_py.cluster.netns import NetnsNetwork, NodeNetwork
+
+    network = NetnsNetwork(nodes=3, tag="dbwtest", profile=MULTI_REGION, method=TCP_DELAY, subnet="10.254.9")
+    network.members = [NodeNetwork(pnn, f"dbwtestn{pnn}", f"dbwtestv{pnn}", f"10.254.9.{pnn + 1}")
+                       for pnn in range(3)]
+    started = []
+    monkeypatch.setattr(network, "start_relay", lambda member, sends, replies, far=(), far_hold=None:
+                        started.append((member.pnn, sends, replies, list(far), far_hold if far else None)))
+    network._delay(MULTI_REGION)
+    near, far = Hold(0.1, 0.02), Hold(15.0, 1.0)
+    assert started == [(0, near, near, ["10.254.9.3"], far), (1, near, near, ["10.254.9.3"], far),
+                       (2, far, far, [], None)]
+    # a profile without far nodes: every relay alike, no far destination
+    started.clear()
+    network._delay(MEASURED)
+    assert started == [(pnn, Hold(30.0, 2.0), Hold(30.0, 2.0), [], None) for pnn in range(3)]
 
 
 # -- root -----------------------------------------------------------------------
@@ -311,3 +390,59 @@ def test_a_refused_connection_is_reset_and_logged_naming_it(tmp_path):
     assert out.strip() == "reset"
     (line,) = (tmp_path / f"tcp-delay-{namespace}.log").read_text().splitlines()
     assert line.startswith(f"tcp delay: {source}:") and f"-> {target}:9: ConnectionRefusedError" in line
+
+
+@needs_root
+@needs_relay
+def test_multi_region_sets_node_2_apart_from_the_other_nodes_and_the_backend(tmp_path):
+    """Round trips between nodes 0 and 1, and from node 0 to the caller's
+    namespace (the backend's server), pay the small delay; node 2's, to the
+    other nodes either way and to the caller's namespace, the far one."""
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    with NetnsNetwork(nodes=3, profile=MULTI_REGION, log_dir=tmp_path) as network:
+        assert network.method == TCP_DELAY and all(r.running() for r in network.relays)
+        near = {(client, server): echo_round_trips_ms(network, client, server)
+                for client, server in ((0, 1), (1, 0), (0, None))}
+        far = {(client, server): echo_round_trips_ms(network, client, server)
+               for client, server in ((0, 2), (2, 0), (1, 2), (2, None))}
+        pids = [r.process.pid for r in network.relays]
+    for (client, server), times in {**near, **far}.items():
+        assert_pays_between(times, MULTI_REGION, client, server)
+    # about the small delay: far below the far one's least round trip
+    bound = MULTI_REGION.least_round_trip_between_ms(0, 2) / 4
+    for pair, times in near.items():
+        assert sorted(times)[len(times) // 2] < bound, (pair, times)
+    assert network.leftovers() == []
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+@needs_root
+@needs_relay
+def test_the_far_delay_on_one_side_only_falls_short_of_node_2s_round_trips(tmp_path):
+    """The broken examples: only nodes 0 and 1 hold their connections to
+    node 2 by the far delay (node 2's relay holds its own by the small
+    one), so node 2's round trips to node 0 and to the caller's namespace
+    pay the small delay; or only node 2 is far, so node 0's round trips to
+    it pay the small delay. The check above fails on each."""
+    from dbwrap_py.cluster.netns import NetnsNetwork
+
+    near, far = Hold(*MULTI_REGION.one_way(0, 1)), Hold(*MULTI_REGION.one_way(0, 2))
+    with NetnsNetwork(nodes=3, log_dir=tmp_path) as first:
+        network = first
+        node2 = network.members[2].address
+        for member in network.members[:2]:
+            network.start_relay(member, near, near, far=[node2], far_hold=far)
+        network.start_relay(network.members[2], near, near)
+        assert_pays_between(echo_round_trips_ms(network, 0, 2), MULTI_REGION, 0, 2)  # this side holds it
+        for client, server in ((2, 0), (2, None)):
+            with pytest.raises(AssertionError, match="some below"):
+                assert_pays_between(echo_round_trips_ms(network, client, server), MULTI_REGION, client, server)
+    with NetnsNetwork(nodes=3, log_dir=tmp_path) as network:
+        for member in network.members[:2]:
+            network.start_relay(member, near, near)
+        network.start_relay(network.members[2], far, far)
+        assert_pays_between(echo_round_trips_ms(network, 2, 0), MULTI_REGION, 2, 0)
+        with pytest.raises(AssertionError, match="some below"):
+            assert_pays_between(echo_round_trips_ms(network, 0, 2), MULTI_REGION, 0, 2)
+    assert first.leftovers() == [] and network.leftovers() == []

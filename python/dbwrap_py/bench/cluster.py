@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -202,9 +203,22 @@ def network_settings(name: str | None) -> dict[str, object]:
         method = delay_method(profile)
     except NetemError as exc:
         raise ConfigError(f"--network {name}: {exc}") from exc
+    far = {"far_nodes": sorted(profile.far_nodes), "far_one_way_delay_ms": profile.far_delay_ms,
+           "far_jitter_ms": profile.far_jitter_ms} if profile.far_nodes else {}
     return {"network": {"profile": profile.name, "method": method, "one_way_delay_ms": profile.delay_ms,
-                        "jitter_ms": profile.jitter_ms, "about": profile.about,
+                        "jitter_ms": profile.jitter_ms, **far, "about": profile.about,
                         "delayed": DELAYED[method]}}
+
+
+def one_way_text(network: Mapping[str, object]) -> str:
+    """network_settings' delays in words: "0.1 ms one way; node 2 15 ms
+    from every other site"."""
+    text = f"{network['one_way_delay_ms']:g} ms one way"
+    far = [str(node) for node in network.get("far_nodes") or ()]
+    if far:
+        text += (f"; node{'s' if len(far) > 1 else ''} {', '.join(far)} "
+                 f"{network['far_one_way_delay_ms']:g} ms from every other site")
+    return text
 
 
 #: what each method delays, for the results and the printed header
@@ -384,11 +398,17 @@ def _counters(config: Configuration, cluster: SambaCluster) -> Callable[[], dict
 
 def summary(results: Results) -> list[dict]:
     """sweep_summary's rows against ctdb, and for the client counts a
-    configuration was not measured at, why (``missing``)."""
+    configuration was not measured at, why (``missing``); where points
+    have opens/s per node (own-files), each row has ``per_node``: each
+    node's median over the rounds."""
     rows = sweep_summary(results.points, reference=CTDB)
     tried = {(p.nprocs, p.mode) for p in results.points}
+    by_node = any(p.per_node for p in results.points)
     for row in rows:
         stop = results.stops.get(row["backend"])
+        if by_node:
+            row["per_node"] = per_node_medians([p for p in results.points if p.ok and p.mode == row["backend"]
+                                                and p.nprocs == row["nprocs"]])
         row["missing"] = ""
         if row["samples"]:
             continue
@@ -397,6 +417,33 @@ def summary(results: Results) -> list[dict]:
         elif (row["nprocs"], row["backend"]) not in tried:
             row["missing"] = "not run"  # its cluster did not start
     return rows
+
+
+def per_node_medians(points: Sequence[Point]) -> dict[int, float]:
+    """Each node's opens/s, the median over ``points`` that have it."""
+    nodes = sorted({node for p in points for node in p.per_node})
+    return {node: round(statistics.median(p.per_node[node] for p in points if node in p.per_node), 1)
+            for node in nodes}
+
+
+def _per_node_cell(row: Mapping | None) -> str:
+    if row is None:
+        return "-"
+    if not row["samples"]:
+        return row.get("missing") or "failed"
+    per_node = row.get("per_node") or {}
+    return " / ".join(f"{per_node[n]:.0f}" if n in per_node else "-" for n in range(NODES))
+
+
+def per_node_table_lines(rows: Sequence[Mapping]) -> list[str]:
+    """Each configuration's opens/s per node at each client count (node 0
+    / node 1 / node 2; '-' for a node without clients), the median over
+    rounds; none where no row has them."""
+    if not any(r.get("per_node") for r in rows):
+        return []
+    labels = list(dict.fromkeys(r["backend"] for r in rows))
+    return ["", "opens/s per node (" + " / ".join(f"node {n}" for n in range(NODES)) + "): median over rounds",
+            *grid_lines(rows, labels, _per_node_cell, min_width=20)]
 
 
 def _ratio_cell(row: Mapping | None) -> str:
@@ -422,7 +469,7 @@ def report_lines(rows: Sequence[Mapping], results: Results) -> list[str]:
     """What the run prints at its end: opens/s with the ratio to ctdb, the
     ratio table, then each stop and each cluster that did not start."""
     lines = ["opens/s (ratio to ctdb, the same run)", *table_lines(rows, CTDB), "",
-             "ratio to ctdb: median over rounds (range)", *ratio_table_lines(rows)]
+             "ratio to ctdb: median over rounds (range)", *ratio_table_lines(rows), *per_node_table_lines(rows)]
     lines += [stop.line(label) for label, stop in results.stops.items()]
     lines += [f"{label}: no measurement in round {r + 1}: {why}" for label, r, why in results.not_started]
     if results.interrupted:
@@ -440,7 +487,7 @@ def over(network: Mapping[str, object] | None) -> str:
     the --network profile (network_settings) with its delay and method."""
     if not network:
         return LOOPBACK
-    return (f"on the '{network['profile']}' network profile ({network['one_way_delay_ms']:g} ms one way, "
+    return (f"on the '{network['profile']}' network profile ({one_way_text(network)}, "
             f"{network['method']}: delays {network['delayed']})")
 
 
@@ -493,7 +540,7 @@ def charts(rows: Sequence[Mapping], stem: Path, results: Results,
 
     subtitle = SUBTITLE.format(cpus=os.cpu_count())
     if network:
-        subtitle += f"; '{network['profile']}' network, {network['one_way_delay_ms']:g} ms one way"
+        subtitle += f"; '{network['profile']}' network, {one_way_text(network)}"
     if workload != SHARED:
         subtitle += f"; workload {workload}"
     return cluster_charts(rows, stem, NODES, CTDB, subtitle, note(network=network, workload=workload),

@@ -49,6 +49,9 @@ class Point:
     #: kind (its test hooks' store_counters); a cluster sweep adds its node
     #: agents' metrics ("agent ...") and CPU milliseconds by process ("cpu ms ...")
     per_open: dict[str, float] = field(default_factory=dict)
+    #: opens/s of each node's clients (PNN -> opens/s), where each smbtorture
+    #: process ran on one node (a cluster sweep's own-files); else empty
+    per_node: dict[int, float] = field(default_factory=dict)
 
     def failure_lines(self) -> list[str]:
         return self.error.splitlines()
@@ -61,7 +64,8 @@ def _point(mode: str, nprocs: int, rates: Rates) -> Point:
 
     return Point(mode, nprocs, rates.opens_per_second, rates.closes_per_second,
                  mean(rates.open_latency), mean(rates.close_latency), rates.ok,
-                 error="\n".join(rates.cause))
+                 error="\n".join(rates.cause),
+                 per_node={node: round(opens, 1) for node, opens in rates.per_node.items()})
 
 
 def run(nprocs: Sequence[int], seconds: int, adapter: str = "tdb",
@@ -193,13 +197,20 @@ def measure_with(run: Callable[[Callable[[], None]], Rates], label: str, nprocs:
     return point, rates
 
 
+def per_node_text(per_node: Mapping[int, float]) -> str:
+    """Opens/s per node: "node 0 812, node 1 790, node 2 95"."""
+    return ", ".join(f"node {node} {opens:.0f}" for node, opens in sorted(per_node.items()))
+
+
 def point_line(point: Point, width: int = 22) -> str:
     """A point as the sweeps print it: opens/s, latency, the backend's
-    requests per open; a failed one with its cause below."""
+    requests per open, opens/s per node where measured; a failed one with
+    its cause below."""
     store = "".join(f", {kind} {n:.3f}/open" for kind, n in sorted(point.per_open.items())
                     if kind not in ("LeaseKeepAlive",))
+    nodes = f"\n      opens/s per node: {per_node_text(point.per_node)}" if point.per_node else ""
     return (f"  nprocs={point.nprocs:<4} {point.mode:<{width}} {point.opens_per_second:8.0f} opens/s "
-            f"{point.open_latency_ms:8.2f} ms{store}"
+            f"{point.open_latency_ms:8.2f} ms{store}{nodes}"
             + ("" if point.ok else "  FAILED\n" + "\n".join(
                 f"      {line}" for line in point.failure_lines())))
 

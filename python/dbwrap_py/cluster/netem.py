@@ -24,8 +24,23 @@ The values are assumptions of typical round trips, not measurements:
   less apart round trip (Azure: under 2 ms).
 * ``wan``: 30 ms one way, 2 ms jitter: nodes in different regions of one
   continent, some tens of milliseconds apart round trip.
+* ``multi-region``: 0.1 ms one way, 0.02 ms jitter, between every two
+  sites, except that node 2 (PNN 2) is 15 ms one way, 1 ms jitter, from
+  every other site: nodes 0 and 1 and the caller's namespace (the
+  backend's server) in one zone, node 2 in another region of the
+  continent (issue 41).
 * ``local``: no delay: the namespaces and bridge alone, the baseline the
   others are measured against.
+
+A profile with far nodes (``far_nodes``, ``far_delay_ms``) is not
+uniform as the others are: a site is ``far_delay_ms`` from a far node,
+``delay_ms`` from the rest (``one_way``). That is a delay per
+destination, which only the relay makes (it knows each connection's
+destination); netem would need tc filters per destination, which nothing
+here sets, so ``delay_method`` chooses the relay for such a profile even
+where netem exists, and refuses the profile where the relay cannot run.
+With the relay, connections from the caller's namespace to a far node
+(smbtorture to its smbd) are not delayed either.
 
 netem keeps packets in the order they are due, so a jitter larger than the
 gap between two packets reorders them; the jitters above are a quarter of
@@ -49,26 +64,60 @@ class NetemError(RuntimeError):
 
 @dataclass(frozen=True)
 class NetworkProfile:
-    """The one-way delay between any two sites, and its jitter (ms)."""
+    """The one-way delay between any two sites, and its jitter (ms); with
+    ``far_nodes``, those nodes (PNNs) are ``far_delay_ms`` one way
+    (``far_jitter_ms`` jitter) from every other site instead."""
 
     name: str
     delay_ms: float
     jitter_ms: float = 0.0
     about: str = ""
+    far_nodes: frozenset[int] = frozenset()
+    far_delay_ms: float = 0.0
+    far_jitter_ms: float = 0.0
 
     @property
     def round_trip_ms(self) -> float:
-        """What a round trip between two sites pays on average."""
+        """What a round trip between two sites (neither a far node) pays on average."""
         return 2 * self.delay_ms
 
     @property
     def least_round_trip_ms(self) -> float:
-        """The shortest round trip between two sites netem allows: each way
-        at least the delay less the jitter."""
+        """The shortest round trip between two sites (neither a far node)
+        netem allows: each way at least the delay less the jitter."""
         return 2 * max(self.delay_ms - self.jitter_ms, 0.0)
 
+    def one_way(self, site: int | None, other: int | None) -> tuple[float, float]:
+        """(delay, jitter) in ms one way between two sites: node PNNs, None
+        for the caller's namespace. Far when either is a far node."""
+        if site != other and (site in self.far_nodes or other in self.far_nodes):
+            return self.far_delay_ms, self.far_jitter_ms
+        return self.delay_ms, self.jitter_ms
+
+    def least_round_trip_between_ms(self, site: int | None, other: int | None) -> float:
+        """The shortest round trip between two sites (as for ``one_way``):
+        each way at least its delay less its jitter."""
+        delay, jitter = self.one_way(site, other)
+        return 2 * max(delay - jitter, 0.0)
+
+    @property
+    def delays(self) -> bool:
+        """Whether any two sites are apart by more than nothing."""
+        return self.delay_ms > 0 or (bool(self.far_nodes) and self.far_delay_ms > 0)
+
+    def describe(self) -> str:
+        """The delays in words: "0.1 ms one way; node 2 15 ms from every other site"."""
+        text = f"{self.delay_ms:g} ms one way"
+        if self.far_nodes:
+            nodes = ", ".join(map(str, sorted(self.far_nodes)))
+            text += f"; node{'s' if len(self.far_nodes) > 1 else ''} {nodes} {self.far_delay_ms:g} ms " \
+                    "from every other site"
+        return text
+
     def netem_args(self) -> list[str]:
-        """tc's qdisc arguments; none for no delay."""
+        """tc's qdisc arguments for the delay between any two sites; none
+        for no delay. A profile with far nodes has no such one delay
+        (delay_egress refuses it)."""
         if self.delay_ms <= 0:
             return []
         jitter = [f"{self.jitter_ms:g}ms"] if self.jitter_ms > 0 else []
@@ -80,6 +129,8 @@ PROFILES: dict[str, NetworkProfile] = {p.name: p for p in (
     NetworkProfile("lan", 0.2, 0.05, "one data centre or cloud zone"),
     NetworkProfile("region", 1.0, 0.2, "zones of one cloud region"),
     NetworkProfile("wan", 30.0, 2.0, "regions of one continent"),
+    NetworkProfile("multi-region", 0.1, 0.02, "one zone, but node 2 in another region (issue 41)",
+                   far_nodes=frozenset({2}), far_delay_ms=15.0, far_jitter_ms=1.0),
 )}
 
 
@@ -88,14 +139,23 @@ def profile_named(name: str) -> NetworkProfile:
     try:
         return PROFILES[name]
     except KeyError:
-        known = ", ".join(f"{p.name} ({p.delay_ms:g} ms one way: {p.about})" for p in PROFILES.values())
+        known = ", ".join(f"{p.name} ({p.describe()}: {p.about})" for p in PROFILES.values())
         raise NetemError(f"unknown network profile {name!r}; known profiles: {known}") from None
+
+
+#: why a profile with far nodes needs the relay
+_FAR_NEEDS_RELAY = ("its far nodes are further from every other site than the rest, a delay per "
+                    "destination, which only the tcp delay relay makes here (netem would need tc "
+                    "filters per destination, which are not written)")
 
 
 def delay_egress(exec_prefix: Sequence[str], device: str, profile: NetworkProfile) -> None:
     """Delay every packet ``device`` sends by ``profile``; ``exec_prefix``
     runs tc in the device's namespace (empty: the caller's). The qdisc goes
-    with the device."""
+    with the device. A profile with far nodes is refused: its delay depends
+    on the destination, which one qdisc does not tell apart."""
+    if profile.far_nodes:
+        raise NetemError(f"network profile {profile.name}: {_FAR_NEEDS_RELAY}")
     args = profile.netem_args()
     if not args:
         return
@@ -130,14 +190,20 @@ def netem_missing() -> str:
 def delay_method(profile: NetworkProfile) -> str:
     """How ``profile``'s delay is made here: ``NETEM`` when the kernel has
     it, else ``TCP_DELAY`` when nft can redirect to the relay; ``NO_DELAY``
-    for a profile without one. Refused, saying why, when neither works."""
-    if not profile.netem_args():
+    for a profile without one. A profile with far nodes takes the relay
+    even where netem exists. Refused, saying why, when none of these works."""
+    if not profile.delays:
         return NO_DELAY
+    from dbwrap_py.cluster.tcp_delay import tcp_delay_missing
+
+    if profile.far_nodes:
+        no_relay = tcp_delay_missing()
+        if not no_relay:
+            return TCP_DELAY
+        raise NetemError(f"network profile {profile.name}: {_FAR_NEEDS_RELAY}; tcp delay: {no_relay}")
     no_netem = netem_missing()
     if not no_netem:
         return NETEM
-    from dbwrap_py.cluster.tcp_delay import tcp_delay_missing
-
     no_relay = tcp_delay_missing()
     if not no_relay:
         return TCP_DELAY

@@ -32,12 +32,17 @@ bridge. The qdiscs go with their devices at stop(). Without netem, a TCP
 delay relay in each node's namespace (tcp_delay.py) delays the TCP
 connections the node makes to the other nodes and to the bridge address;
 stop() ends the relays by PID, and their nft tables go with the namespaces.
+A profile with far nodes (netem.py) is made by the relays only: a far
+node's relay holds every connection it makes by the far delay, and every
+other node's holds its connections to a far node's address so, its others
+by the profile's own delay.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,17 +169,24 @@ class NetnsNetwork(StartStop):
             for prefix, device in self.senders():
                 delay_egress(prefix, device, profile)
         elif self.method == TCP_DELAY:
-            hold = Hold(profile.delay_ms, profile.jitter_ms)
+            far_hold = Hold(profile.far_delay_ms, profile.far_jitter_ms)
             for member in self.members:
-                self.start_relay(member, hold, hold)
+                if member.pnn in profile.far_nodes:  # far from every other site
+                    self.start_relay(member, far_hold, far_hold)
+                    continue
+                hold = Hold(profile.delay_ms, profile.jitter_ms)
+                far = [m.address for m in self.members if m.pnn in profile.far_nodes]
+                self.start_relay(member, hold, hold, far=far, far_hold=far_hold)
 
-    def start_relay(self, member: NodeNetwork, sends: Hold, replies: Hold) -> TcpDelayRelay:
+    def start_relay(self, member: NodeNetwork, sends: Hold, replies: Hold, far: Sequence[str] = (),
+                    far_hold: Hold = Hold(0.0)) -> TcpDelayRelay:
         """A TCP delay relay in ``member``'s namespace for its connections to
-        the other nodes and the bridge address; stopped by stop()."""
+        the other nodes and the bridge address, those to ``far`` held by
+        ``far_hold`` both ways; stopped by stop()."""
         others = [m.address for m in self.members if m is not member]
         log = self.log_dir / f"tcp-delay-{member.namespace}.log" if self.log_dir is not None else None
         relay = TcpDelayRelay(member.exec_prefix(), member.namespace, [*others, self.bridge_address],
-                              sends, replies, log)
+                              sends, replies, log, far=tuple(far), far_hold=far_hold)
         self.relays.append(relay)
         relay.start()
         return relay

@@ -107,7 +107,7 @@ class ClusterSetup:
     #: every node in a network namespace of its own, and a public address
     #: that ctdb moves to another node when its node stops (IP takeover)
     public_address: bool = False
-    #: a network profile's name (netem.py: lan, region, wan, local): the
+    #: a network profile's name (netem.py: lan, region, wan, multi-region, local): the
     #: nodes in namespaces of their own as with ``public_address``, each
     #: site's packets delayed by the profile. None: no delay
     network: str | None = None

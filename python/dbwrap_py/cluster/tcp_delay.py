@@ -17,14 +17,20 @@ delayed by the relay of the node that made the connection, so a round trip
 pays the delay twice, as with netem; connections from the caller's
 namespace (smbtorture to smbd) are not delayed.
 
+Some destinations may be further (``--far ADDR``, repeated, with
+``--far-delay-ms`` and ``--far-jitter-ms``): a connection whose original
+destination is one of them is held by the far delay both ways, handshake
+included, instead of the node's own (a profile with far nodes, netem.py).
+
 Each direction keeps at most ``QUEUE_CHUNKS`` chunks of ``CHUNK`` bytes;
 an end of stream is passed on (after the delay) as a shutdown of writing;
 when both directions have ended, or either fails, both sockets close.
 The table goes with the namespace; the relay is stopped by its PID.
 
-Run as ``python -I -m dbwrap_py.cluster.tcp_delay --delay-ms D --jitter-ms J``
-inside the namespace: it prints its port on a line, then relays until
-SIGTERM, writing one line to stderr per failed connection.
+Run as ``python -I -m dbwrap_py.cluster.tcp_delay --delay-ms D --jitter-ms J
+[--far ADDR ... --far-delay-ms F --far-jitter-ms G]`` inside the namespace:
+it prints its port on a line, then relays until SIGTERM, writing one line
+to stderr per failed connection.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -113,7 +119,9 @@ def tcp_delay_missing() -> str:
 @dataclass
 class TcpDelayRelay:
     """One namespace's relay and its nft table: start() starts the relay,
-    waits for its port and loads the table; stop() ends the relay by PID."""
+    waits for its port and loads the table; stop() ends the relay by PID.
+    Connections to ``far`` (some of ``destinations``) are held by
+    ``far_hold`` both ways instead of ``sends`` and ``replies``."""
 
     exec_prefix: Sequence[str]
     namespace: str
@@ -122,12 +130,18 @@ class TcpDelayRelay:
     replies: Hold
     log: Path | None = None
     process: subprocess.Popen[str] | None = None
+    far: Sequence[str] = ()
+    far_hold: Hold = Hold(0.0)
 
     def command(self) -> list[str]:
+        far = [arg for address in self.far for arg in ("--far", address)]
+        if far:
+            far += ["--far-delay-ms", f"{self.far_hold.delay_ms:g}",
+                    "--far-jitter-ms", f"{self.far_hold.jitter_ms:g}"]
         return [*self.exec_prefix, sys.executable, "-I", "-m", __name__,
                 "--delay-ms", f"{self.sends.delay_ms:g}", "--jitter-ms", f"{self.sends.jitter_ms:g}",
                 "--reply-delay-ms", f"{self.replies.delay_ms:g}",
-                "--reply-jitter-ms", f"{self.replies.jitter_ms:g}"]
+                "--reply-jitter-ms", f"{self.replies.jitter_ms:g}", *far]
 
     def start(self) -> None:
         log: IO[str] | None = open(self.log, "a") if self.log is not None else None
@@ -224,8 +238,18 @@ async def _connect(source: str, destination: tuple[str, int]) -> socket.socket:
 
 
 class Relay:
-    def __init__(self, sends: Hold, replies: Hold) -> None:
+    """Holds what a connection sends by ``sends`` and its replies by
+    ``replies``; a connection to an address of ``far`` by its hold there,
+    both ways."""
+
+    def __init__(self, sends: Hold, replies: Hold, far: Mapping[str, Hold] | None = None) -> None:
         self.sends, self.replies = sends, replies
+        self.far = dict(far or {})
+
+    def holds(self, address: str) -> tuple[Hold, Hold]:
+        """(sends, replies) of a connection to ``address``."""
+        far = self.far.get(address)
+        return (far, far) if far is not None else (self.sends, self.replies)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         client = writer.get_extra_info("socket")
@@ -235,14 +259,15 @@ class Relay:
         try:
             destination = original_destination(client)
             name += f" -> {destination[0]}:{destination[1]}"
+            sends, replies = self.holds(destination[0])
             # the handshake's round trip: SYN there, SYN-ACK back
-            await asyncio.sleep(self.sends.sample_s() + self.replies.sample_s())
+            await asyncio.sleep(sends.sample_s() + replies.sample_s())
             out = await _connect(source[0], destination)
             out_reader, out_writer = await asyncio.open_connection(sock=out, limit=CHUNK)
             writers.append(out_writer)
             async with asyncio.TaskGroup() as group:
-                group.create_task(_forward(reader, out_writer, self.sends))
-                group.create_task(_forward(out_reader, writer, self.replies))
+                group.create_task(_forward(reader, out_writer, sends))
+                group.create_task(_forward(out_reader, writer, replies))
         except Exception as exc:  # one line per failed connection, then it is closed
             print(f"tcp delay: {name}: {_reason(exc)}", file=sys.stderr, flush=True)
             if len(writers) == 1:  # never connected: the client sees a reset, as from a refusal
@@ -270,17 +295,27 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def relay_from(argv: Sequence[str] | None = None) -> Relay:
+    """The relay its command line (``argv``; None: sys.argv's) describes."""
     parser = argparse.ArgumentParser(prog="tcp_delay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay-ms", type=float, required=True, help="what the node sends")
     parser.add_argument("--jitter-ms", type=float, default=0.0)
     parser.add_argument("--reply-delay-ms", type=float, help="what it receives (default: --delay-ms)")
     parser.add_argument("--reply-jitter-ms", type=float, help="default: --jitter-ms")
+    parser.add_argument("--far", action="append", default=[], metavar="ADDR",
+                        help="a destination held by --far-delay-ms both ways instead (repeatable)")
+    parser.add_argument("--far-delay-ms", type=float, default=0.0)
+    parser.add_argument("--far-jitter-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     sends = Hold(args.delay_ms, args.jitter_ms)
     replies = Hold(args.delay_ms if args.reply_delay_ms is None else args.reply_delay_ms,
                    args.jitter_ms if args.reply_jitter_ms is None else args.reply_jitter_ms)
-    asyncio.run(Relay(sends, replies).serve())
+    far = Hold(args.far_delay_ms, args.far_jitter_ms)
+    return Relay(sends, replies, {str(ipaddress.IPv4Address(address)): far for address in args.far})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    asyncio.run(relay_from(argv).serve())
     return 0
 
 

@@ -113,6 +113,10 @@ class NodeCql:
         self.claim_of = f"SELECT claim, ver FROM {t} WHERE db = ? AND bucket = ? LIMIT 1"
         self.back_lock = f"UPDATE {t} SET v = ?, holder = null, held = null WHERE {pk} IF held = ?"
         self.back_bucket = f"UPDATE {t} SET v = ?, detached = ? WHERE {pk} IF claim = ? AND detached = null"
+        # a hand-over: the write-back with the asking node's lock, as its take would set it
+        self.hand_lock = f"UPDATE {t} SET v = ?, holder = ?, held = ?, ver = ? WHERE {pk} IF held = ?"
+        self.hand_bucket = (f"UPDATE {t} SET v = ?, detached = ?, holder = ?, held = ?, ver = ? WHERE {pk} "
+                            "IF claim = ? AND detached = null")
         self.through_lock = f"UPDATE {t} SET v = ? WHERE {pk} IF held = ?"
         self.through_bucket = f"UPDATE {t} SET v = ? WHERE {pk} IF claim = ? AND detached = null"
         # as the adapter's own (cassandra.py): the writer's receipt, in the same conditional batch
@@ -124,11 +128,12 @@ class NodeCql:
         self.release = (f"UPDATE {t} SET claim = null, claimer = null, ver = ? WHERE db = ? AND bucket = ? "
                         "IF claim = ?")
         self.put = f"UPDATE {t} SET v = ? WHERE {pk}"
-        self.ask = f"INSERT INTO {ks}.requests (node, db, k, asked) VALUES (?, ?, ?, ?) USING TTL ?"
-        self.served = f"DELETE FROM {ks}.requests WHERE node = ? AND db = ? AND k = ?"
-        # a traverse's request (nodecache/sync.py): conditional, so a keep-alive never revives a served one
-        self.answered = f"DELETE FROM {ks}.requests WHERE node = ? AND db = ? AND k = ? IF EXISTS"
         request = "node = ? AND db = ? AND k = ?"
+        self.ask = f"INSERT INTO {ks}.requests (node, db, k, asked, requester) VALUES (?, ?, ?, ?, ?) USING TTL ?"
+        self.served = f"DELETE FROM {ks}.requests WHERE {request}"
+        self.asked = f"SELECT requester FROM {ks}.requests WHERE {request}"  # whom a hand-over gives the record
+        # a traverse's request (nodecache/sync.py): conditional, so a keep-alive never revives a served one
+        self.answered = f"DELETE FROM {ks}.requests WHERE {request} IF EXISTS"
         self.waiting = f"SELECT asked, TTL(asked) AS remaining FROM {ks}.requests WHERE {request}"
         self.keep = f"UPDATE {ks}.requests USING TTL ? SET asked = ? WHERE {request} IF asked = ?"
         self.holders = f"SELECT held, holder, claim, claimer FROM {t} WHERE db = ? AND bucket IN ?"

@@ -8,7 +8,8 @@ who needs the record reads ``nodes``, finds that lease gone, and removes
 the entry with an LWT guarded on its token.
 
 Release requests: table ``requests`` (PRIMARY KEY (node, db, k)), written
-``USING TTL`` op_timeout with a nonce (a request made again is a new one);
+``USING TTL`` op_timeout with a nonce (a request made again is a new one)
+and, a node's, its ``requester`` (``ownership.py``: ``hand_over``);
 Cassandra has no watch, so the agent polls its node's partition every
 ``request_poll`` seconds (bench/cassandra_request_poll.py measures the cost).
 A traverse's request (``nodecache/sync.py``) is answered by a conditional

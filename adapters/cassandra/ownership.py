@@ -3,7 +3,9 @@ a database's ownership operations, each decision one LWT on the bucket's
 partition (its columns and statements: ``nodecql.py``; the node agent's
 store: ``nodestore.py``).
 
-Release requests: rows of ``requests`` (see ``nodestore.py``, whose agent polls them).
+Release requests: rows of ``requests`` (see ``nodestore.py``, whose agent polls them);
+a node's names it (``requester``), and ``hand_over`` gives the record to that
+node in its write-back's LWT.
 
 Tokens: the database's generation (CLEAR_IF_FIRST wipes so far) above 40
 random bits, so every token from before the last wipe is at most
@@ -144,10 +146,12 @@ class CassandraOwnership(ServedOwnership):
     # -- release requests -----------------------------------------------------------------
 
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
-        # the requester's lease is not at hand here: the request lives op_timeout, and a
-        # waiter asks again while it waits
+        # the request lives op_timeout, not the requester's lease (Cassandra's leases are
+        # rows of their own), and a waiter asks again while it waits; a node names itself
+        # and its lease, whom hand_over gives the record (a process asking makes it null)
         self.client.run("release request", self.cql.ask,
                         (owner.decode(), self.name, cc.stored_key(key), secrets.randbits(63),
+                         holder(requester, requester_lease) if requester else None,
                          request_ttl(self.op_timeout)), idempotent=False)
 
     def request_waiting(self, key: bytes, owner: bytes, requester_lease: int) -> bool:
@@ -195,6 +199,36 @@ class CassandraOwnership(ServedOwnership):
         if via_bucket:  # the key leaves the claim: detached, marked with the claim's token
             return self._fenced("write back", key, token, self.cql.back_bucket, value, (token,))
         return self._fenced("write back", key, token, self.cql.back_lock, value)
+
+    def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
+                  node: bytes, lease: int) -> bool:
+        """The write-back and, where the release request (read just before)
+        names a node, that node's record lock with a new token, as its take
+        sets it: one LWT. The request and the lease are rows of other
+        partitions, which it cannot guard on, so both are seen to after it:
+        the request goes, with any made again meanwhile (likely by that node,
+        which asks again as it waits: left, it would keep the record wanted
+        here); the lease is read: live then, it was live at the lock (granted
+        before it asked, and a lease never comes back); else the lock comes
+        off and the record stays free."""
+        rows = self.client.run("hand over", self.cql.asked, (node.decode(), self.name, cc.stored_key(key)))
+        asker = rows[0].requester if rows else None
+        if asker is None:  # a process asked, or nobody: the record stays free
+            return self.write_back(key, value, token, via_bucket, node, lease)
+        fresh = token
+        while fresh == token:
+            fresh = new_token(generation_of(token))
+        lock = (asker, fresh, secrets.randbits(63))
+        if via_bucket:  # detached from the claim, as write_back_fenced does, and locked
+            done = self._fenced("hand over", key, token, self.cql.hand_bucket, value, (token, *lock))
+        else:
+            done = self._fenced("hand over", key, token, self.cql.hand_lock, value, lock)
+        self.served(node, key)
+        if done and not self.leases.live(*parse_holder(asker)):
+            # unknown: a lock of a dead lease is settled by whoever needs the record
+            self.client.applied("hand over to a dead lease", self.cql.unlock,
+                                (*self._pk(key, generation_of(token)), fresh), unknown=lambda: True)
+        return done
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         cql = self.cql.through_bucket if via_bucket else self.cql.through_lock

@@ -60,8 +60,9 @@ SCHEMA = (
        claimer text static, ver bigint static, PRIMARY KEY ((db, bucket), k))""",
     "CREATE INDEX IF NOT EXISTS node_volatile_db ON {ks}.node_volatile (db)",
     "CREATE TABLE IF NOT EXISTS {ks}.nodes (name text PRIMARY KEY, lease bigint)",
-    # polled by the owner's agent; deleted once served, so short-lived tombstones
-    """CREATE TABLE IF NOT EXISTS {ks}.requests (node text, db text, k blob, asked bigint,
+    # polled by the owner's agent; deleted once served, so short-lived tombstones;
+    # requester: the asking node's "node:lease" (null: a process asked), whom a hand-over gives the record
+    """CREATE TABLE IF NOT EXISTS {ks}.requests (node text, db text, k blob, asked bigint, requester text,
        PRIMARY KEY (node, db, k)) WITH gc_grace_seconds = 60""",
     "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
     "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",

@@ -191,6 +191,75 @@ def test_a_request_made_again_after_it_was_served_is_heard_again(node):
     assert not listener.is_alive()
 
 
+def lock_on(db: CassandraAdapter, key: bytes) -> tuple[int | None, str | None]:
+    """The node record lock on ``key``: its token and holder."""
+    rows = db.client.run("test", f"SELECT held, holder FROM {db.config.keyspace}.node_volatile "
+                         "WHERE db = ? AND bucket = ? AND k = ?", (db.db, bucket_of(key), b"/" + key))
+    return (rows[0].held, rows[0].holder) if rows else (None, None)
+
+
+def test_a_record_handed_over_is_the_asking_nodes_in_the_write_backs_lwt(node, cassandra):
+    """hand_over: the write-back puts the asking node's record lock, a new
+    token, in the same LWT; that node's take adopts it, the holder's is
+    refused; the request is gone. Held by a record lock and by the bucket."""
+    db, own, store, lease = node
+    other = node_store(cassandra)
+    m = other.grant(b"m", 30)
+    taken = own.take(b"k", b"n", lease.id)
+    claim = own.claim(bucket_of(b"b"), b"n", lease.id)
+    assert claim is not None and bucket_of(b"b") != bucket_of(b"k")
+    for key, token, via_bucket in ((b"k", taken.token, False), (b"b", claim.token, True)):
+        own.request_release(key, b"n", m.id, requester=b"m")
+        assert own.hand_over(key, b"v", token, via_bucket, b"n", lease.id)
+        assert requests_to(store, b"n") == [], "the hand-over removed the request"
+        assert own.owner(key) == b"m" and stored(db, key) == b"v"
+        with pytest.raises(OwnedElsewhere) as refused:
+            own.take(key, b"n", lease.id)
+        assert refused.value.node == b"m", "the holder cannot take it back"
+        adopted = own.take(key, b"m", m.id)
+        assert adopted.value == b"v" and adopted.token not in (token, None) and not adopted.via_bucket
+        assert not own.hand_over(key, b"stale", token, via_bucket, b"n", lease.id), "n is fenced"
+        assert own.write_back(key, b"w", adopted.token, False, b"m", m.id)
+        assert stored(db, key) == b"w" and own.owner(key) is None
+    other.revoke(m)
+
+
+def test_a_hand_over_leaves_the_record_free_unless_a_live_node_asked(node, cassandra):
+    """A process's request, or a node's whose lease ended, gets a plain
+    write-back. A request made again while the hand-over ran (the asking
+    node asks again as it waits) goes with the one it read."""
+    db, own, store, lease = node
+    other = node_store(cassandra)
+    m = other.grant(b"m", 30)
+    taken = own.take(b"p", b"n", lease.id)
+    own.request_release(b"p", b"n", 0)  # a process's
+    assert own.hand_over(b"p", b"1", taken.token, False, b"n", lease.id)
+    assert lock_on(db, b"p") == (None, None) and stored(db, b"p") == b"1"
+    assert requests_to(store, b"n") == []
+
+    taken = own.take(b"again", b"n", lease.id)
+    own.request_release(b"again", b"n", m.id, requester=b"m")
+
+    def made_again(what: str) -> bool:  # just before the hand-over's LWT, after it read the request
+        if what == "hand over":
+            own.request_release(b"again", b"n", m.id, requester=b"m")
+        return False
+
+    own.client.fault = made_again
+    try:
+        assert own.hand_over(b"again", b"2", taken.token, False, b"n", lease.id)
+    finally:
+        own.client.fault = None
+    assert own.owner(b"again") == b"m" and requests_to(store, b"n") == []
+
+    taken = own.take(b"d", b"n", lease.id)
+    own.request_release(b"d", b"n", m.id, requester=b"m")
+    other.revoke(m)  # m's lease ends before n hands the record over
+    assert own.hand_over(b"d", b"3", taken.token, False, b"n", lease.id)
+    assert lock_on(db, b"d") == (None, None), "no lock left on a dead lease"
+    assert stored(db, b"d") == b"3" and requests_to(store, b"n") == []
+
+
 def test_the_first_opener_chooses_the_layout_and_a_wipe_voids_the_tokens(cassandra, tmp_path):
     first = open_db(cassandra, tmp_path)
     follower = open_db(cassandra, tmp_path, layout="records")  # not first: the stored layout stands

@@ -26,15 +26,19 @@ from test_node_cache import SqliteLeasedBackend, open_on, put  # noqa: F401
 pytestmark = pytest.mark.server
 
 DWELL = 1.0
+#: the agents' --idle: a record its node changes every millisecond is in use
+#: even when this machine is loaded (at the 5 ms default, a test process
+#: descheduled for a few milliseconds left it "idle" under make test)
+IDLE = 0.1
 
 
 @pytest.fixture
 def nodes(tmp_path) -> Iterator[tuple[SqliteLeasedBackend, NodeAgentProcess, NodeAgentProcess]]:
     backend = SqliteLeasedBackend(tmp_path / "sqlite_leased.cluster")
     with NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-a", node="a", ttl=10,
-                          dwell=DWELL) as a, \
+                          dwell=DWELL, idle=IDLE) as a, \
             NodeAgentProcess(backend.adapter, backend.options(), tmp_path / "node-b", node="b", ttl=10,
-                             dwell=DWELL) as b:
+                             dwell=DWELL, idle=IDLE) as b:
         yield backend, a, b
 
 

@@ -1,7 +1,7 @@
 """The node agent: one per node, like ctdbd, for any adapter with the node cache.
 
     dbwrap-py node-agent --adapter ADAPTER --cache-dir DIR [--node NAME] [-o K=V ...]
-                         [--metrics-port [ADDR:]PORT] [--dwell SECONDS]
+                         [--metrics-port [ADDR:]PORT] [--dwell SECONDS] [--idle SECONDS]
 
 It holds the node lease (everything the node owns is held on it) and
 publishes it to the node's processes in ``DIR/node.state``; serves release
@@ -122,6 +122,8 @@ class NodeAgent:
         self.margin = min(1.0, ttl / 4)
         #: HAND_OVER_DWELL: the longest a record another node asked for stays while it is used here
         self.dwell = HAND_OVER_DWELL
+        #: IDLE_SECONDS: a record unchanged and unheld this long goes before its dwell is over
+        self.idle = IDLE_SECONDS
         self.lease = NodeLease(0, ttl)
         self._lease_until = 0.0  # a TTL after the store's last answer on it: it may hold it till then
         self._granted_at = 0.0  # when the grant was sent: the keepalives count from there
@@ -325,7 +327,7 @@ class NodeAgent:
         if self._over(dwelling):
             return True
         now = time.monotonic()
-        if now - dwelling.looked_at < IDLE_SECONDS:
+        if now - dwelling.looked_at < self.idle:
             return False
         look = self._look(*request)
         if look is not None and look == dwelling.look:
@@ -506,10 +508,11 @@ class NodeAgentProcess:
     def __init__(self, adapter: str, options: Mapping[str, str], cache_dir: str | Path | None = None,
                  node: str = "node0", ttl: float | None = None, start_timeout: float = 15.0,
                  metrics_port: str | None = None, command_prefix: Sequence[str] = (),
-                 dwell: float | None = None) -> None:
+                 dwell: float | None = None, idle: float | None = None) -> None:
         self.adapter = adapter
-        #: the agent's --dwell (None: its default, HAND_OVER_DWELL)
+        #: the agent's --dwell and --idle (None: their defaults, HAND_OVER_DWELL and IDLE_SECONDS)
         self.dwell = dwell
+        self.idle = idle
         #: what runs the agent elsewhere, and execs it (a node's namespace: ip netns exec)
         self.command_prefix = list(command_prefix)
         #: seconds start() waits for the agent's first lease (a store just
@@ -551,6 +554,7 @@ class NodeAgentProcess:
                 "--cache-dir", str(self.cache_dir), "--node", self.node,
                 *([f"--ttl={self.ttl:g}"] if self.ttl else []),
                 *([f"--dwell={self.dwell:g}"] if self.dwell is not None else []),
+                *([f"--idle={self.idle:g}"] if self.idle is not None else []),
                 *(["--metrics-port", self.metrics_port] if self.metrics_port is not None else []),
                 "--options-file", str(self._write_options_file())]
         with open(self.log, "ab") as log:
@@ -644,6 +648,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the longest a record another node asked for stays while the node's processes "
                              "hold it or, if it is hot, keep changing it (default "
                              f"{HAND_OVER_DWELL:g}; 0: handed over at the holder's unlock, a free one at once)")
+    parser.add_argument("--idle", type=float, default=IDLE_SECONDS, metavar="SECONDS",
+                        help="a record nobody here holds or changes for this long goes before its dwell "
+                             f"is over (default {IDLE_SECONDS:g})")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="K=V",
                         help="adapter option, as smb.conf gives it (endpoints, TLS, ...); no secrets: "
                              "argv is public (/proc/PID/cmdline), use --options-file")
@@ -699,10 +706,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from_file = read_options_file(args.options_file, cls.options_schema) if args.options_file else []
         options = Options.parse([*from_file, *args.option])
         listen = parse_listen(args.metrics_port) if args.metrics_port is not None else None
-        if args.dwell < 0:
-            raise ServerError(f"--dwell {args.dwell:g}: seconds, 0 or more")
+        if args.dwell < 0 or args.idle < 0:
+            raise ServerError(f"--dwell {args.dwell:g}, --idle {args.idle:g}: seconds, 0 or more")
         agent = NodeAgent(cls.node_store(options), args.cache_dir, args.node, args.ttl)
-        agent.dwell = args.dwell
+        agent.dwell, agent.idle = args.dwell, args.idle
         if listen is not None:  # before the lease: a port it cannot have stops it first
             addr, port = agent.serve_metrics(*listen)
             _log(f"metrics on {metrics_url(addr, port)}")

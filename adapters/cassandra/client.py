@@ -351,8 +351,11 @@ class Client:
 SCHEMA_TIMEOUT = 10.0
 
 
-def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[ClientConfig]) -> None:
-    """The keyspace and tables, once per process per config (IF NOT EXISTS)."""
+def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[ClientConfig],
+                  added: Sequence[tuple[str, str, str]] = ()) -> None:
+    """The keyspace and tables, once per process per config (IF NOT EXISTS),
+    then each column of ``added`` ((table, column, CQL type): one a later
+    release added to a table an earlier one made) that the table lacks."""
     if config in done:
         return
     session = session_for(config).session
@@ -365,9 +368,30 @@ def ensure_schema(config: ClientConfig, statements: Sequence[str], done: set[Cli
                         timeout=timeout)
         for cql in statements:
             session.execute(cql.format(ks=config.keyspace), timeout=timeout)
+        for table, column, cql_type in added:
+            _add_column(session, config.keyspace, table, column, cql_type, timeout)
     except Exception as exc:
         raise mapped(exc, "schema") from exc
     done.add(config)
+
+
+def _columns(session: Any, keyspace: str, table: str, timeout: float) -> set[str]:
+    rows = session.execute("SELECT column_name FROM system_schema.columns "
+                           "WHERE keyspace_name = %s AND table_name = %s", (keyspace, table), timeout=timeout)
+    return {row.column_name for row in rows}
+
+
+def _add_column(session: Any, keyspace: str, table: str, column: str, cql_type: str, timeout: float) -> None:
+    """ALTER TABLE ... ADD unless the column is there; another process
+    adding it at the same moment is not an error (CQL has no ADD IF NOT
+    EXISTS before Cassandra 5.0, nor in ScyllaDB)."""
+    if column in _columns(session, keyspace, table, timeout):
+        return
+    try:
+        session.execute(f"ALTER TABLE {keyspace}.{table} ADD {column} {cql_type}", timeout=timeout)
+    except Exception:
+        if column not in _columns(session, keyspace, table, timeout):
+            raise
 
 
 def close_all() -> None:

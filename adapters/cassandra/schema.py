@@ -29,7 +29,9 @@ the layout (option ``layout``, by default ``buckets`` with node_cache, else
 ``records``), kept in ``databases.layout``; later openers follow it.
 
 ``ensure`` makes the keyspace and tables once per process per config (IF NOT
-EXISTS), for a database's open and for the node agent, which may come first.
+EXISTS), for a database's open and for the node agent, which may come first,
+and adds to an older keyspace's tables the columns made since
+(``ADDED_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -67,12 +69,17 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {ks}.openers (db text, opener bigint, PRIMARY KEY (db, opener))",
     "CREATE TABLE IF NOT EXISTS {ks}.seqnums (db text PRIMARY KEY, n counter)",
 )
+#: columns added to a table after its first release, (table, column, type):
+#: a keyspace made before them gets them on its next open (``ensure``)
+ADDED_COLUMNS = (
+    ("requests", "requester", "text"),  # whom a hand-over gives the record (ownership.py)
+)
 _SCHEMA_DONE: set[cc.ClientConfig] = set()
 
 
 def ensure(config: cc.ClientConfig) -> None:
     """The keyspace and the tables, once per process per config."""
-    cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE)
+    cc.ensure_schema(config, SCHEMA, _SCHEMA_DONE, ADDED_COLUMNS)
 
 
 def layout_asked(options: Options) -> str:

@@ -300,3 +300,40 @@ def test_a_process_lock_waits_for_a_live_claim_and_settles_a_dead_one(cassandra,
     assert not own.release_bucket(bucket_of(b"k"), claim.token, {b"k": b"x's"}), "x is fenced"
     assert db.get(b"k") == b"v"
     db.close()
+
+
+def test_a_keyspace_made_before_the_hand_over_gets_its_column_on_the_next_open(cassandra):
+    """A requests table from before ``requester`` (an older release's) is
+    given the column by the next ensure, and ensuring again, as every
+    process does, changes nothing; a node's request then names its node."""
+    from dbwrap_py.adapters.cassandra import client as cc, schema
+    from dbwrap_py.adapters.cassandra.nodecql import holder
+
+    keyspace = f"{cassandra.keyspace}_old"
+    config = cc.ClientConfig.from_options(Options({**cassandra.options(), "keyspace": keyspace}), 5.0)
+    session = cc.session_for(config).session
+    session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+    session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1}", timeout=60)
+    session.execute(f"CREATE TABLE {keyspace}.requests (node text, db text, k blob, asked bigint, "
+                    "PRIMARY KEY (node, db, k))", timeout=60)
+    try:
+        schema.ensure(config)
+        again: set[cc.ClientConfig] = set()  # another process: its own set, the column already there
+        cc.ensure_schema(config, schema.SCHEMA, again, schema.ADDED_COLUMNS)
+        assert "requester" in cc._columns(session, keyspace, "requests", 60), (
+            "the older requests table was not given its requester column")
+        store = node_store(cassandra, keyspace=keyspace)
+        db = CassandraAdapter(DatabaseSpec("/nonexistent/locking.tdb", tdb_flags=TDB_CLEAR_IF_FIRST),
+                              Options({**cassandra.options(), "keyspace": keyspace, "op_timeout": "5",
+                                       "layout": "buckets"}))
+        try:
+            lease = store.grant(b"asker", 30)
+            db.ownership().request_release(b"k", b"holder", lease.id, requester=b"asker")
+            rows = session.execute(f"SELECT requester FROM {keyspace}.requests", timeout=60)
+            assert [row.requester for row in rows] == [holder(b"asker", lease.id)]
+            store.revoke(lease)
+        finally:
+            db.close()
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)

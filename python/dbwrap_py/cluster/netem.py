@@ -126,7 +126,7 @@ class NetworkProfile:
 
 PROFILES: dict[str, NetworkProfile] = {p.name: p for p in (
     NetworkProfile("local", 0.0, 0.0, "no delay: the namespaces and bridge alone"),
-    NetworkProfile("lan", 0.2, 0.05, "one data centre or cloud zone"),
+    NetworkProfile("lan", 0.1, 0.02, "one data centre or cloud zone"),
     NetworkProfile("region", 1.0, 0.2, "zones of one cloud region"),
     NetworkProfile("wan", 30.0, 2.0, "regions of one continent"),
     NetworkProfile("multi-region", 0.1, 0.02, "one zone, but node 2 in another region (issue 41)",

@@ -1012,7 +1012,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cluster.add_argument("--adapters", "--adapter", default="auto",
                                help="comma list; NAME+cache runs NAME with node_cache=yes; 'auto': every "
                                     "adapter with a server, without and with the node cache. ctdb always "
-                                    "runs, as the reference")
+                                    "runs, as the reference; ctdb-sticky adds ctdb with sticky records "
+                                    "(ctdb setdbsticky on the locking databases)")
     bench_cluster.add_argument("-o", "--option", action="append", default=[], metavar="[ADAPTER:]K=V",
                                help="adapter option (repeatable), e.g. etcd:node_cache=yes")
     bench_cluster.add_argument("--node-local", default="smbXsrv_open_global.tdb", metavar="DB,DB",

@@ -32,6 +32,8 @@ NODE_LOCAL_OPENS = ("smbXsrv_open_global.tdb",)  # as in the seed talks
 #: the configurations every cross-node check must pass on
 CONFIGURATIONS = {
     "ctdb": ClusterSetup(),
+    # ctdb with sticky records on the locking databases (bench cluster's second reference line)
+    "ctdb-sticky": ClusterSetup(ctdb_sticky=LOCKING_DATABASES),
     "etcd": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS),
     "etcd-node-cache": ClusterSetup(adapter="etcd", databases=LOCKING_DATABASES, node_local=NODE_LOCAL_OPENS,
                                     adapter_options={"node_cache": "yes"}),
@@ -122,7 +124,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[SambaCluster]:
 #: the configurations a node joins and leaves (test_membership.py): each
 #: with a spare fourth node, listed in ctdb's nodes file, not started
 MEMBERSHIP_CONFIGURATIONS = {name: dataclasses.replace(CONFIGURATIONS[name], spare_nodes=1)
-                             for name in ("ctdb", "etcd-node-cache")}
+                             for name in ("ctdb", "ctdb-sticky", "etcd-node-cache")}
 
 
 @pytest.fixture(scope="module", params=list(MEMBERSHIP_CONFIGURATIONS))

@@ -15,7 +15,7 @@ import time
 import uuid
 from contextlib import AbstractContextManager
 
-from dbwrap_py.cluster.samba_cluster import SambaCluster
+from dbwrap_py.cluster.samba_cluster import LOCKING_DATABASES, SambaCluster
 from dbwrap_py.testing.smb_client import (OPLOCK_II, READ, SHARE_ALL, SHARE_READ, WRITE, BreakWatch, SmbClient, smb_client,
                         status_of)
 
@@ -98,3 +98,15 @@ CHECKS = [share_mode_conflict, byte_range_conflict, oplock_break, opens_listed_e
 #: how each check fails when the nodes do not see each other
 BLIND = {share_mode_conflict: "opened for write a file", byte_range_conflict: "locked bytes 50-149",
          oplock_break: "got no oplock break", opens_listed_everywhere: "does not list node 1's open"}
+
+
+def sticky_databases(cluster, pnn: int) -> set[str]:
+    """The locking databases node ``pnn``'s ctdbd keeps sticky (each
+    attached first: smbd attaches them only when it uses them)."""
+    node = cluster.ctdb.nodes[pnn]
+    sticky = set()
+    for name in LOCKING_DATABASES:
+        node.ctdb("attach", name)
+        if "STICKY: yes" in node.ctdb("getdbstatus", name):
+            sticky.add(name)
+    return sticky

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cross_node import share_mode_conflict
+from cross_node import share_mode_conflict, sticky_databases
 from dbwrap_py.cluster.ctdb import node_states
 from dbwrap_py.cluster.processes import still_running
 from dbwrap_py.cluster.samba_cluster import ClusterError, SambaCluster
@@ -37,6 +37,8 @@ def test_a_joined_node_serves_and_sees_the_other_nodes_share_modes(cluster):
     states = node_states(cluster.ctdb.nodes[0].ctdb("status"))
     assert all(state.startswith("OK") for state in states.values()), states
     assert len(cluster.sambas) == 4
+    if cluster.setup.ctdb_sticky:
+        assert sticky_databases(cluster, 3) == set(cluster.setup.ctdb_sticky), "the joined node"
     if cluster.setup.adapter is not None:
         assert len(cluster.agents) == 4, "the joined node has no node agent"
     share_mode_conflict(cluster, holder=0, others=(3,))

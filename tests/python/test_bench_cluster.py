@@ -50,6 +50,17 @@ def test_options_reach_their_adapter_and_a_cache_option_makes_one_configuration(
     assert len(configurations("etcd,etcd+cache", ["etcd:node_cache=yes"])) == 2
 
 
+def test_ctdb_sticky_is_a_second_ctdb_line_with_the_locking_databases_sticky():
+    configs = configurations("ctdb-sticky,etcd+cache,ctdb-sticky", [], network="lan")
+    assert [c.label for c in configs] == [CTDB, cluster.CTDB_STICKY_LABEL, "etcd + node cache"]
+    plain, sticky, _ = configs
+    assert plain.setup().ctdb_sticky == () and "sticky" not in plain.describe()
+    setup = sticky.setup()
+    assert setup.adapter is None and setup.ctdb_sticky == ("locking.tdb", "brlock.tdb", "leases.tdb")
+    assert setup.network == "lan" and setup.node_local == plain.setup().node_local
+    assert sticky.describe()["sticky"] == ["locking.tdb", "brlock.tdb", "leases.tdb"]
+
+
 def test_a_network_profile_reaches_every_configuration_and_an_unknown_one_is_refused(monkeypatch):
     from dbwrap_py.cluster import netem, tcp_delay
     from dbwrap_py.cluster.netem import PROFILES

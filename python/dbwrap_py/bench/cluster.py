@@ -54,6 +54,11 @@ from dbwrap_py.smbtorture import OWN_FILES_PROCESSES, Rates, own_files, path_con
 from dbwrap_py.testing.hooks import hooks_for
 
 CTDB = "ctdb"
+#: ``--adapters ctdb-sticky``: ctdb with sticky records on LOCKING_DATABASES
+#: (``ctdb setdbsticky``; its tunables at their defaults, HopcountMakeSticky
+#: 50 and StickyPindown 200 ms), beside plain ctdb, the reference
+CTDB_STICKY = "ctdb-sticky"
+CTDB_STICKY_LABEL = "ctdb (sticky records)"
 NODES = 3
 #: as in the seed talks: every node keeps its own open handles' records
 NODE_LOCAL_OPENS = ("smbXsrv_open_global.tdb",)
@@ -91,11 +96,13 @@ class Configuration:
     node_local: Sequence[str] = NODE_LOCAL_OPENS
     #: a network profile (ClusterSetup.network); None: loopback addresses, no delay
     network: str | None = None
+    #: with adapter None: ctdb with sticky records on the locking databases
+    ctdb_sticky: bool = False
 
     @property
     def label(self) -> str:
         if self.adapter is None:
-            return CTDB
+            return CTDB_STICKY_LABEL if self.ctdb_sticky else CTDB
         name = display_name(self.adapter, self.options)
         mode = node_cache_mode(Options(dict(self.options)))
         if mode is None:
@@ -104,7 +111,8 @@ class Configuration:
 
     def setup(self) -> ClusterSetup:
         if self.adapter is None:  # node-local opens here too: the same work on every line
-            return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local), network=self.network)
+            return ClusterSetup(nodes=NODES, node_local=tuple(self.node_local), network=self.network,
+                                ctdb_sticky=LOCKING_DATABASES if self.ctdb_sticky else ())
         return ClusterSetup(nodes=NODES, adapter=self.adapter, databases=LOCKING_DATABASES,
                             adapter_options=dict(self.options), node_local=tuple(self.node_local),
                             network=self.network,
@@ -113,8 +121,9 @@ class Configuration:
     def describe(self) -> dict:
         network = {"network": self.network} if self.network else {}
         if self.adapter is None:
+            sticky = {"sticky": list(LOCKING_DATABASES)} if self.ctdb_sticky else {}
             return {"label": self.label, "volatile databases": "ctdb", "node_local": list(self.node_local),
-                    **network}
+                    **sticky, **network}
         return {"label": self.label, "adapter": self.adapter, "options": {k: shown_value(k, v) for k, v in self.options.items()},
                 "databases": list(LOCKING_DATABASES), "node_local": list(self.node_local), **network}
 
@@ -158,7 +167,8 @@ def _with_cache(name: str) -> bool:
 def parse_names(text: str) -> list[str]:
     """``--adapters``: ``auto`` (every cluster adapter, without and with the
     node cache) or a comma list; ``NAME+cache`` is NAME with node_cache=yes;
-    ctdb is dropped (it always runs, as the reference)."""
+    ctdb is dropped (it always runs, as the reference); ``ctdb-sticky``
+    is ctdb with sticky records, a second reference line."""
     if text.strip() in ("", "auto", "all"):
         return [variant for name in cluster_adapters()
                 for variant in (name, name + CACHE_SUFFIX)[:2 if _with_cache(name) else 1]]
@@ -175,6 +185,10 @@ def configurations(text: str, pairs: Sequence[str], node_local: Sequence[str] = 
     given = split_options(pairs, bases)
     chosen = {CTDB: Configuration(None, node_local=tuple(node_local), network=network)}
     for name in names:
+        if name == CTDB_STICKY:
+            sticky = Configuration(None, node_local=tuple(node_local), network=network, ctdb_sticky=True)
+            chosen.setdefault(sticky.label, sticky)
+            continue
         base = name.removesuffix(CACHE_SUFFIX)
         options = {**ADAPTER_DEFAULTS.get(base, {}), **given[base]}
         if name.endswith(CACHE_SUFFIX):

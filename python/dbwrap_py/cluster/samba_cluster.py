@@ -122,6 +122,12 @@ class ClusterSetup:
     #: that many more nodes (PNNs from ``nodes`` on), in ctdb's nodes file
     #: but not started until join_node(): nodes added to the running cluster
     spare_nodes: int = 0
+    #: volatile databases ctdb keeps with sticky records (``ctdb setdbsticky``
+    #: on every node, as that control reaches only the node it is sent to): a
+    #: record migrated to a node often (HopcountMakeSticky, default 50 hops)
+    #: stays there StickyPindown ms (default 200) before it moves again.
+    #: Off in ctdb by default; the reference as an operator would tune it
+    ctdb_sticky: Sequence[str] = ()
 
 
 #: seconds a node agent has for its first lease: a backend of three replicas
@@ -215,6 +221,9 @@ class SambaCluster(StartStop):
             self._sessions |= session_leading_children() - before
 
     def _start(self) -> None:
+        elsewhere = set(self.setup.ctdb_sticky) & {*self.setup.databases, *self.setup.node_local}
+        if elsewhere:
+            raise ClusterError(f"ctdb_sticky: ctdb does not keep {', '.join(sorted(elsewhere))} in this setup")
         self.root.chmod(0o755)  # the test user must reach the share inside
         self.share_path.mkdir(mode=0o777, exist_ok=True)
         self.share_path.chmod(0o777)
@@ -229,6 +238,19 @@ class SambaCluster(StartStop):
             self._port = free_port_on_every_node([node.address for node in self.ctdb.nodes])
         for node in self.ctdb.nodes[:self.setup.nodes]:
             self._start_samba(node)
+        self._make_sticky(self.ctdb.nodes[:self.setup.nodes])
+
+    def _make_sticky(self, nodes: Sequence[CtdbNode]) -> None:
+        """``ctdb_sticky``'s databases: attached (cluster-wide, if smbd has
+        not yet), then sticky on each of ``nodes``."""
+        for name in self.setup.ctdb_sticky:
+            nodes[0].ctdb("attach", name)
+            for node in nodes:
+                node.ctdb("setdbsticky", name)
+                status = node.ctdb("getdbstatus", name)
+                if "STICKY: yes" not in status:
+                    raise ClusterError(f"ctdb setdbsticky {name} on node {node.pnn}: getdbstatus does "
+                                       f"not show it sticky:\n{status}")
 
     def _start_samba(self, node: CtdbNode) -> None:
         samba = ThrowawaySamba(self._samba_setup(node, self._port), root=self.root / f"smb{node.pnn}")
@@ -247,6 +269,7 @@ class SambaCluster(StartStop):
         try:
             node = self.ctdb.nodes[pnn]
             self.ctdb.join(pnn)
+            self._make_sticky([node])
             if self._agent_options is not None:
                 self._start_agent(node, self._stack)
             if self.daemons:

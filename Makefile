@@ -733,10 +733,19 @@ bench-fdb-model: all $(MICRO_BIN) ## fdb on the model of FoundationDB (a model, 
 # 1 to 512 clients, ctdb against etcd, rados, cassandra and fdb (model), each
 # without and with the node cache; one cluster at a time, fresh each round,
 # two rounds in alternating order; ratios to ctdb per round. ~35 min here.
-bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against ctdb (~35 min)
+# CLUSTER_NETWORK: loopback, or a profile (lan, region, multi-region, wan,
+# local: docs/benchmarks.md); CLUSTER_WORKLOAD: shared or own-files;
+# CLUSTER_ADAPTERS: auto, or a list (ctdb-sticky: ctdb with sticky records).
+# The results file names the network and workload when not the defaults.
+CLUSTER_NETWORK  ?= loopback
+CLUSTER_WORKLOAD ?= shared
+CLUSTER_ADAPTERS ?= auto
+CLUSTER_JSON = $(RESULTS)/bench-cluster$(if $(filter-out loopback,$(CLUSTER_NETWORK)),-$(CLUSTER_NETWORK))$(if $(filter-out shared,$(CLUSTER_WORKLOAD)),-$(CLUSTER_WORKLOAD)).json
+bench-cluster: all ## three-node clusters, 1-512 clients, every adapter against ctdb (~35 min); CLUSTER_NETWORK=lan ...
 	@mkdir -p $(RESULTS)
 	$(VPY) -m dbwrap_py.cli bench cluster --nprocs 1,2,4,8,16,32,64,128,256,512 --time 5 \
-		--rounds 2 --json $(RESULTS)/bench-cluster.json
+		--rounds 2 --adapters $(CLUSTER_ADAPTERS) --network $(CLUSTER_NETWORK) \
+		--workload $(CLUSTER_WORKLOAD) --json $(CLUSTER_JSON)
 
 # Node 2 of three is killed or leaves (ctdb stop, then stopped), or a fourth
 # node joins, while 64 clients open and close one file on nodes 0 and 1:

@@ -617,6 +617,7 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     unknown = sorted(set(local) - set(VOLATILE_DATABASES))
     if unknown:
         raise ConfigError(f"--node-local: {', '.join(unknown)} is not one of smbd's volatile databases")
+    args.network = cluster.network_named(args.network)
     network = cluster.network_settings(args.network)
     configs = cluster.configurations(args.adapters, args.option, local, args.network)
     print(f"{cluster.NODES}-node Samba cluster, workload {args.workload}, "
@@ -1020,7 +1021,8 @@ def build_parser() -> argparse.ArgumentParser:
                                help="volatile databases each node keeps to itself, on every line, ctdb's "
                                     "too (ctdb:DB = no; default as in the seed talks; '' for none)")
     bench_cluster.add_argument("--network", metavar="PROFILE",
-                               help="every node in a network namespace of its own, apart by a delay (tc "
+                               help="loopback (the default: loopback addresses, no namespaces), or every "
+                                    "node in a network namespace of its own, apart by a delay (tc "
                                     "netem, else a TCP relay per node): lan, region, wan, multi-region "
                                     "(node 2 15 ms from the rest; the relay only), or local (no delay); "
                                     "docs/benchmarks.md says what is delayed")

@@ -50,6 +50,14 @@ def test_options_reach_their_adapter_and_a_cache_option_makes_one_configuration(
     assert len(configurations("etcd,etcd+cache", ["etcd:node_cache=yes"])) == 2
 
 
+def test_network_loopback_is_no_profile_and_a_profile_is_kept():
+    assert cluster.network_named("loopback") is None and cluster.network_named(None) is None
+    assert cluster.network_settings(cluster.network_named("loopback")) == {}
+    assert [c.setup().network for c in configurations("etcd", [], network=cluster.network_named("loopback"))] \
+        == [None, None]
+    assert cluster.network_named("lan") == "lan"
+
+
 def test_ctdb_sticky_is_a_second_ctdb_line_with_the_locking_databases_sticky():
     configs = configurations("ctdb-sticky,etcd+cache,ctdb-sticky", [], network="lan")
     assert [c.label for c in configs] == [CTDB, cluster.CTDB_STICKY_LABEL, "etcd + node cache"]

@@ -204,6 +204,15 @@ def round_order(configs: Sequence[Configuration], round_index: int) -> list[Conf
     return list(configs) if round_index % 2 == 0 else list(reversed(configs))
 
 
+#: ``--network loopback``: no profile, the nodes on loopback addresses (the default)
+LOOPBACK = "loopback"
+
+
+def network_named(text: str | None) -> str | None:
+    """``--network``'s profile name; None for ``loopback`` or none given."""
+    return None if text in (None, "", LOOPBACK) else text
+
+
 def network_settings(name: str | None) -> dict[str, object]:
     """``--network``: the profile's settings for the results, refused with
     the known profiles when unknown, or when netem cannot delay here."""

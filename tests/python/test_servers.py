@@ -203,3 +203,18 @@ def test_zookeepers_srvr_answer_is_read_whole_and_its_mode_found():
     for nodes in (0, 2, 5):  # standalone or three
         with pytest.raises(ValueError):
             ZooKeeperServer(nodes=nodes)
+
+
+def test_a_logs_end_is_one_line_ending_with_its_last_lines(tmp_path):
+    from dbwrap_py.servers import log_end
+
+    log = tmp_path / "agent.log"
+    log.write_text("node-agent[1]: metrics on http://10.0.0.1:1/metrics\n\n" +
+                   "".join(f"line {n}\n" for n in range(10)) + "connect: no server answered\n")
+    end = log_end(log)
+    assert "\n" not in end and end.endswith("line 9 | connect: no server answered")
+    assert "metrics" not in end and end.startswith("line 5 | ") and "line 4" not in end
+    assert len(log_end(log, chars=20)) == 20
+    log.write_text("")
+    assert log_end(log) == "(its log is empty)"
+    assert "cannot be read" in log_end(tmp_path / "missing.log")

@@ -49,7 +49,7 @@ from dbwrap_py.nodecache.state import NodeState, StateWriter
 from dbwrap_py.nodecache.sync import is_sync_key
 from dbwrap_py.options import Options, Schema, is_secret
 from dbwrap_py.safe_files import open_file, read_private_file, temp_file
-from dbwrap_py.servers import ServerError, dying_with_parent
+from dbwrap_py.servers import ServerError, dying_with_parent, log_end
 
 DEFAULT_TTL = 10
 #: the file NodeAgentProcess gives its agent the options in (--options-file)
@@ -571,8 +571,8 @@ class NodeAgentProcess:
                            f"no lease within {timeout:g} s; stopped")
                     if exited is None:
                         self.stop(signal.SIGKILL)
-                    tail = self.log.read_text(errors="replace")[-800:].strip() or "(its log is empty)"
-                    raise ServerError(f"node agent {self.node} did not come up ({how}): {tail}")
+                    raise ServerError(f"node agent {self.node} did not come up ({how}); its log ends: "
+                                      f"{log_end(self.log)}")
                 time.sleep(0.02)
         finally:
             state.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dbwrap_py.proxy.log import request_counts
-from dbwrap_py.servers import ServerError, dying_with_parent, stop_process
+from dbwrap_py.servers import ServerError, dying_with_parent, log_end, stop_process
 
 
 class ProxyDaemonProcess:
@@ -70,9 +70,8 @@ class ProxyDaemonProcess:
         deadline = time.monotonic() + timeout
         while not self._accepts():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-800:]
                 self.stop(signal.SIGKILL)
-                raise ServerError(f"proxy daemon did not come up: {tail}")
+                raise ServerError(f"proxy daemon did not come up; its log ends: {log_end(self.log)}")
             time.sleep(0.02)
 
     def _accepts(self) -> bool:

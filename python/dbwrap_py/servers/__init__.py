@@ -49,6 +49,19 @@ def jvm_jit_flags() -> list[str]:
     raise ServerError(f"{JIT_VARIABLE}={jit!r}: give quick or full")
 
 
+def log_end(path: "os.PathLike[str] | str", lines: int = 6, chars: int = 800) -> str:
+    """The last ``lines`` non-empty lines of a process's log, on one line
+    (" | " between them, at most ``chars`` characters): a failure's cause
+    that a report showing the first line of an error keeps."""
+    try:
+        with open(path, errors="replace") as log:
+            text = log.read()
+    except OSError as exc:
+        return f"(its log {path} cannot be read: {exc.strerror})"
+    end = " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+    return (end[-chars:] if len(end) > chars else end) or "(its log is empty)"
+
+
 def dying_with_parent(argv: Sequence[str]) -> list[str]:
     """``argv`` made to get SIGKILL when the thread that starts it dies
     (PR_SET_PDEATHSIG), so an interrupted run leaves no server behind. It is

@@ -1,4 +1,5 @@
-"""A throwaway Ceph cluster (one mon, 1 or 3 memstore OSDs) on 127.0.0.1, for tests and benchmarks.
+"""A throwaway Ceph cluster (one mon, 1 or 3 memstore OSDs) on 127.0.0.1, or
+another address of this host (``host``), for tests and benchmarks.
 
     with CephCluster(osds=3) as ceph:
         ceph.options()                          # {"conf": ".../ceph.conf", "pool": "dbwrap_py"}
@@ -13,6 +14,14 @@ installed, and pool, object, omap, lock and watch I/O need none), auth none
 (or cephx, ``auth="cephx"``: see below), msgr v2 only, every socket on
 127.0.0.1: the mon on a free port, the OSDs in a port range of their own
 (``ms bind port min/max``), so clusters run side by side.
+
+``host`` (``CephCluster(host=...)``, the hooks' ``throwaway_host``, ``--host``)
+puts every socket on another IPv4 address of this host instead: the bridge
+address SambaCluster passes when its nodes sit in network namespaces, which
+reach the host's namespace only there. The conf's ``mon host`` and ``public
+addr``/``cluster addr`` name that address, so the mon, the OSDs' listeners
+and the addresses they publish in the maps are all on it, and a client given
+the conf reaches the mon and then the OSDs there.
 
 Settings chosen for tests:
 
@@ -118,25 +127,25 @@ class CephError(ServerError):
     """The throwaway Ceph could not be started, or did not become healthy."""
 
 
-def _port_window(size: int) -> list[int]:
-    """``size`` consecutive ports that can be bound now, below the kernel's
-    ephemeral range (where outgoing connections would take them meanwhile)."""
+def _port_window(size: int, host: str = HOST) -> list[int]:
+    """``size`` consecutive ports that can be bound on ``host`` now, below the
+    kernel's ephemeral range (where outgoing connections would take them meanwhile)."""
     low = 32768
     with contextlib.suppress(OSError, ValueError):
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(50):
         base = random.randrange(10000, low - size)
         ports = list(range(base, base + size))
-        if all(_bindable(p) for p in ports):
+        if all(_bindable(p, host) for p in ports):
             return ports
-    raise CephError(f"no {size} consecutive free ports on {HOST} below {low}")
+    raise CephError(f"no {size} consecutive free ports on {host} below {low}")
 
 
-def _bindable(port: int) -> bool:
+def _bindable(port: int, host: str = HOST) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ceph binds
         try:
-            s.bind((HOST, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -195,16 +204,17 @@ keyring = $osd_data/keyring
 
 
 def _conf_text(root: Path, fsid: str, mon_port: int, osd_ports: Sequence[int], osds: int,
-               client_op_timeout: int, auth: str = "none") -> str:
+               client_op_timeout: int, auth: str = "none", host: str = HOST) -> str:
     size = min(osds, 3)
     min_size = max(1, size - 1)  # a replicated pool keeps writing with one replica down
     return f"""\
 [global]
 fsid = {fsid}
-mon host = [v2:{HOST}:{mon_port}]
+mon host = [v2:{host}:{mon_port}]
 mon initial members = a
-public addr = {HOST}
-cluster addr = {HOST}
+# the OSDs bind, and publish in the OSD map, these addresses
+public addr = {host}
+cluster addr = {host}
 ms bind ipv6 = false
 # msgr v2 only: no legacy v1 listeners
 ms bind msgr1 = false
@@ -290,17 +300,19 @@ class _Daemon:
 
 
 class CephCluster:
-    """One mon (``mon.a``) and ``osds`` memstore OSDs on 127.0.0.1, in a
-    temporary directory, with pool ``pool`` created (size min(osds, 3))."""
+    """One mon (``mon.a``) and ``osds`` memstore OSDs on ``host`` (an IPv4
+    address of this host; 127.0.0.1 by default), in a temporary directory,
+    with pool ``pool`` created (size min(osds, 3))."""
 
     def __init__(self, osds: int = 1, *, pool: str = POOL, start_timeout: float = 60.0,
-                 client_op_timeout: int = 30, auth: str = "none") -> None:
+                 client_op_timeout: int = 30, auth: str = "none", host: str = HOST) -> None:
         if osds < 1:
             raise ValueError("a Ceph cluster needs at least one OSD")
         if auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {auth!r}")
         self.osds = osds
         self.auth = auth
+        self.host = host
         self.pool = pool
         self.start_timeout = start_timeout
         self.client_op_timeout = client_op_timeout
@@ -370,7 +382,7 @@ class CephCluster:
 
     @property
     def mon_host(self) -> str:
-        return f"[v2:{HOST}:{self.mon_port}]"
+        return f"[v2:{self.host}:{self.mon_port}]"
 
     def options(self, user: str | None = None) -> dict[str, str]:
         """The rados adapter's options that reach this cluster; with ``user``
@@ -530,11 +542,11 @@ class CephCluster:
         self.root = Path(tempfile.mkdtemp(prefix="dbwrap-py-ceph-"))
         for sub in ("mon", "osd", "run", "log", "crash"):
             (self.root / sub).mkdir()
-        ports = _port_window(1 + PORTS_PER_OSD * self.osds)
+        ports = _port_window(1 + PORTS_PER_OSD * self.osds, self.host)
         self.mon_port = ports[0]
         fsid = str(uuid.uuid4())
         conf = _conf_text(self.root, fsid, self.mon_port, ports[1:], self.osds, self.client_op_timeout,
-                          self.auth)
+                          self.auth, self.host)
         Path(self.conf_path).write_text(conf)
         deadline = time.monotonic() + self.start_timeout
         self._make_mon(fsid)
@@ -690,9 +702,9 @@ class CephCluster:
 
 
 @contextlib.contextmanager
-def throwaway_cluster(osds: int = 1) -> Iterator[dict[str, str]]:
-    """A cluster for as long as the block runs; yields the rados adapter's options."""
-    with CephCluster(osds=osds) as cluster:
+def throwaway_cluster(osds: int = 1, host: str = HOST) -> Iterator[dict[str, str]]:
+    """A cluster on ``host`` for as long as the block runs; yields the rados adapter's options."""
+    with CephCluster(osds=osds, host=host) as cluster:
         yield cluster.options()
 
 
@@ -700,9 +712,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """A throwaway Ceph with ``--osds`` OSDs until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
         prog="python -m dbwrap_py.testing.servers.rados",
-        description="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 until SIGTERM or Ctrl-C")
+        description="a throwaway Ceph (one mon, memstore OSDs) on 127.0.0.1 (or --host) until SIGTERM or Ctrl-C")
     parser.add_argument("--osds", type=int, default=1, choices=(1, 3))
     parser.add_argument("--auth", default="none", choices=AUTH_MODES)
+    parser.add_argument("--host", default=HOST, help="the IPv4 address of this host it listens on")
     args = parser.parse_args(argv)
 
     def banner(cluster: CephCluster) -> str:
@@ -715,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  use: {options}\n"
                 f"  the ceph CLI: ceph -c {cluster.conf_path}{keyring} osd dump")
 
-    serve_until_stopped(CephCluster(osds=args.osds, auth=args.auth), banner)
+    serve_until_stopped(CephCluster(osds=args.osds, auth=args.auth, host=args.host), banner)
     return 0
 
 
@@ -723,10 +736,11 @@ class RadosHooks(LeasedHooks):
     """The rados adapter's test hooks (dbwrap_py.testing.hooks)."""
 
     def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-OSD memstore cluster, when the options name none."""
+        """A one-OSD memstore cluster, when the options name none
+        (``throwaway_host``: where it listens; not an adapter option)."""
         if options.get("conf") or options.get("mon_host"):
             return None
-        return throwaway_cluster()
+        return throwaway_cluster(host=str(options.get("throwaway_host", HOST)))
 
     def store_counters(self, options: Mapping[str, str]) -> dict[str, int]:
         """Ops the OSDs have served (their perf counters), summed over the OSDs:

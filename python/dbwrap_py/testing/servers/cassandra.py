@@ -1,4 +1,5 @@
-"""A throwaway Apache Cassandra cluster (1 or 3 nodes) on the loopback, for tests and benchmarks.
+"""A throwaway Apache Cassandra cluster (1 or 3 nodes) on the loopback, or
+one node on another address of this host, for tests and benchmarks.
 
     with CassandraCluster(nodes=3) as cassandra:
         cassandra.options()       # {"contact_points": "127.0.0.1:p,127.0.0.2:p,127.0.0.3:p",
@@ -15,11 +16,17 @@ to signal and every node dies with the process that started it
 100 jars, 67 MiB, 6 s here and up to 2 minutes on a slow link; afterwards
 nothing is downloaded.
 
-Node i (0-based) listens on 127.0.0.(i+1), every node on the same two
-ports (Cassandra wants one storage port for the whole cluster), picked free
-on all the addresses below the ephemeral range, so a restarted node gets
-its ports back and clusters run side by side with a system Cassandra. The
-first node is the seed; the others join one after another, each with one
+Node i (0-based) listens on 127.0.0.(i+1). A one-node cluster given
+``host``, an address of this host, listens there instead
+(``CassandraCluster(host=...)``, ``throwaway_cluster(host=...)``, the
+hooks' ``throwaway_host``: SambaCluster's nodes in namespaces of their own
+reach the host only at its bridge's address): that is its listen, rpc
+(native transport) and seed address, the rpc_address the driver reads in
+system.local and connects to, and the contact points the options name.
+Every node listens on the same two ports (Cassandra wants one storage port
+for the whole cluster), picked free on all the addresses below the
+ephemeral range, so a restarted node gets its ports back and clusters run
+side by side with a system Cassandra. The first node is the seed; the others join one after another, each with one
 token (the ring split evenly) and without bootstrap streaming (a fresh
 cluster has nothing to stream).
 
@@ -96,8 +103,9 @@ KEYSTORE_PASSWORD = "throwaway"
 class CassandraTls:
     """Client TLS for a throwaway cluster: PEM files, such as
     ``dbwrap_py.servers.tls.make_pki`` makes. ``cert`` must name the nodes'
-    addresses in IP SANs (127.0.0.1 for one node): the adapter checks the
-    host name. ``ca`` is what the options hand the adapter (tls_ca)."""
+    addresses in IP SANs (127.0.0.1 for one node, or the cluster's
+    ``host`` when given): the adapter checks the host name. ``ca`` is what
+    the options hand the adapter (tls_ca)."""
 
     ca: Path
     cert: Path
@@ -309,7 +317,7 @@ def initial_token(index: int, nodes: int) -> int:
     return -(1 << 63) + _TOKEN_SPAN * index // nodes + _TOKEN_SPAN // (2 * nodes)
 
 
-def _yaml(node: "_Node", cluster_name: str, nodes: int, storage_port: int, native_port: int,
+def _yaml(node: "_Node", seed: str, cluster_name: str, nodes: int, storage_port: int, native_port: int,
           paxos_variant: str, auth: str) -> str:
     root = node.root
     authenticator = "PasswordAuthenticator" if auth == "password" else "AllowAllAuthenticator"
@@ -322,7 +330,7 @@ endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{HOSTS[0]}:{storage_port}"
+      - seeds: "{seed}:{storage_port}"
 listen_address: {node.host}
 rpc_address: {node.host}
 # a fresh cluster has no data to stream to a joining node, and bootstrap
@@ -424,9 +432,9 @@ def _without_memory_lock(argv: Sequence[str]) -> list[str]:
 class _Node:
     """One Cassandra node: its address, directory and (while it runs) process."""
 
-    def __init__(self, index: int, root: Path) -> None:
+    def __init__(self, index: int, root: Path, host: str) -> None:
         self.index = index
-        self.host = HOSTS[index]
+        self.host = host
         self.root = root
         self.conf = root / "conf"
         self.system_log = root / "logs" / "system.log"
@@ -438,18 +446,23 @@ class _Node:
 
 
 class CassandraCluster:
-    """``nodes`` Cassandra nodes on 127.0.0.1.. (one each), every one in a
-    temporary directory of its own."""
+    """``nodes`` Cassandra nodes on 127.0.0.1.. (one each), or one node on
+    ``host``, every one in a temporary directory of its own."""
 
     def __init__(self, nodes: int = 1, *, paxos_variant: str = "v2", auth: str = "none",
-                 tls: CassandraTls | None = None, start_timeout: float = 120.0) -> None:
+                 tls: CassandraTls | None = None, start_timeout: float = 120.0, host: str | None = None) -> None:
         if not 1 <= nodes <= len(HOSTS):
             raise ValueError(f"a throwaway Cassandra has 1 to {len(HOSTS)} nodes, not {nodes}")
+        if host is not None and nodes != 1:
+            # several nodes on one address would need a storage port each, which Cassandra does not take
+            raise CassandraError(f"a throwaway Cassandra on {host} has one node, not {nodes}")
         if paxos_variant not in PAXOS_VARIANTS:
             raise ValueError(f"paxos_variant must be one of {', '.join(PAXOS_VARIANTS)}, not {paxos_variant!r}")
         if auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {auth!r}")
         self.nodes = nodes
+        #: node i's address
+        self.hosts: tuple[str, ...] = (host,) if host is not None else HOSTS[:nodes]
         self.paxos_variant = paxos_variant
         self.auth = auth
         #: client connections take TLS only (no plain CQL port)
@@ -592,18 +605,18 @@ class CassandraCluster:
     # -- creating it ----------------------------------------------------------
 
     def _create(self) -> None:
-        hosts = HOSTS[: self.nodes]
-        self.storage_port, self.native_port = _free_ports(hosts, 2)
+        self.storage_port, self.native_port = _free_ports(self.hosts, 2)
         # a node refuses gossip from another cluster's, should ports ever be reused across clusters
         name = f"dbwrap_py_{uuid.uuid4().hex[:12]}"
         self._nodes = []
         for index in range(self.nodes):
-            node = _Node(index, Path(tempfile.mkdtemp(prefix=f"dbwrap-py-cassandra-{index}-")))
+            node = _Node(index, Path(tempfile.mkdtemp(prefix=f"dbwrap-py-cassandra-{index}-")), self.hosts[index])
             self._nodes.append(node)
             for sub in ("conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs", "tmp"):
                 (node.root / sub).mkdir()
             (node.conf / "cassandra.yaml").write_text(
-                _yaml(node, name, self.nodes, self.storage_port, self.native_port, self.paxos_variant, self.auth)
+                _yaml(node, self.hosts[0], name, self.nodes, self.storage_port, self.native_port,
+                      self.paxos_variant, self.auth)
                 + (_client_tls(node, self.tls) if self.tls is not None else ""))
             (node.conf / "logback.xml").write_text(_LOGBACK.format(log=node.system_log))
             (node.conf / "jvm.options").write_text(_jvm_options(self.nodes, self.auth))
@@ -809,10 +822,11 @@ def _import_driver() -> _Driver:
 
 
 @contextlib.contextmanager
-def throwaway_cluster(nodes: int = 1, *, paxos_variant: str = "v2",
-                      auth: str = "none") -> Iterator[dict[str, str]]:
-    """A cluster for as long as the block runs; yields the cassandra adapter's options."""
-    with CassandraCluster(nodes=nodes, paxos_variant=paxos_variant, auth=auth) as cluster:
+def throwaway_cluster(nodes: int = 1, *, paxos_variant: str = "v2", auth: str = "none",
+                      host: str | None = None) -> Iterator[dict[str, str]]:
+    """A cluster for as long as the block runs, on the loopback or (one
+    node) on ``host``; yields the cassandra adapter's options."""
+    with CassandraCluster(nodes=nodes, paxos_variant=paxos_variant, auth=auth, host=host) as cluster:
         yield cluster.options()
 
 
@@ -845,10 +859,12 @@ class CassandraHooks(LeasedHooks):
     the lease an agent publishes would lapse between its keepalives."""
 
     def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """A one-node Cassandra, when no contact_points are given."""
+        """A one-node Cassandra, when no contact_points are given
+        (``throwaway_host``: where it listens; not an adapter option)."""
         if options.get("contact_points"):
             return None
-        return throwaway_cluster()
+        host = options.get("throwaway_host")
+        return throwaway_cluster(host=str(host) if host else None)
 
 
 HOOKS = CassandraHooks("cassandra", minimum=3.0)

@@ -1,5 +1,9 @@
-"""A throwaway ZooKeeper on 127.0.0.1 (one standalone server, or an
-ensemble of three), for tests, benchmarks and ``dbwrap-py check zookeeper``.
+"""A throwaway ZooKeeper (one standalone server, or an ensemble of three),
+for tests, benchmarks and ``dbwrap-py check zookeeper``. It listens on
+127.0.0.1, or on the address ``host`` names (an address of this host: a
+networked cluster's nodes in namespaces of their own reach the host only at
+its bridge's, so SambaCluster passes the hooks ``throwaway_host``, and
+``throwaway_zookeeper(host)`` starts a standalone server there).
 
     with ZooKeeperServer() as zk:
         zk.hosts          # "127.0.0.1:PORT", the adapter's option hosts
@@ -18,8 +22,9 @@ one server in the foreground: ``ZooKeeperServerMain`` for a standalone one,
 ``QuorumPeerMain`` for an ensemble member. Each server has a directory of
 its own in one temporary directory (its ``zoo.cfg``, its data, with the
 ``myid`` an ensemble member needs, and its log); the zoo.cfg here: free
-ports on 127.0.0.1 (a client port, and for an ensemble a quorum and an
-election port per member), no admin server, ``ruok``, ``srvr`` and ``mntr``
+ports on that address (a client port, bound to it alone by
+clientPortAddress, and for an ensemble a quorum and an election port per
+member), no admin server (no other port), ``ruok``, ``srvr`` and ``mntr``
 among the four-letter words (``srvr``'s ``Mode:`` line is the readiness
 probe and names the leader), and a 250 ms tick so sessions may be as short
 as 1 s. Every server dies with the thread that started it
@@ -125,8 +130,9 @@ class _Peer:
 
 
 class ZooKeeperServer(StartStop):
-    """``nodes`` ZooKeeper servers (1: standalone, 3: an ensemble) in a
-    temporary directory; each stopped by its PID."""
+    """``nodes`` ZooKeeper servers (1: standalone, 3: an ensemble) on
+    ``host`` (every one on ports of its own), in a temporary directory;
+    each stopped by its PID."""
 
     def __init__(self, jar: str = DEBIAN_JAR, start_timeout: float = 60.0, host: str = HOST,
                  nodes: int = 1) -> None:
@@ -286,9 +292,10 @@ class ZooKeeperServer(StartStop):
 
 
 @contextlib.contextmanager
-def throwaway_zookeeper() -> Iterator[dict[str, str]]:
-    """A server for the run, as the adapter's options (``hosts``)."""
-    with ZooKeeperServer() as server:
+def throwaway_zookeeper(host: str = HOST) -> Iterator[dict[str, str]]:
+    """A standalone server for the run on ``host`` (an address of this
+    host), as the adapter's options (``hosts``, which name that address)."""
+    with ZooKeeperServer(host=host) as server:
         yield {"hosts": server.hosts}
 
 
@@ -297,8 +304,11 @@ class ZooKeeperHooks(LeasedHooks):
     agent's lease is the session timeout (LeasedHooks: lease_for)."""
 
     def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
-        """One server, when the options name no hosts."""
-        return None if options.get("hosts") else throwaway_zookeeper()
+        """One server, when the options name no hosts (``throwaway_host``:
+        where it listens; not an adapter option)."""
+        if options.get("hosts"):
+            return None
+        return throwaway_zookeeper(str(options.get("throwaway_host") or HOST))
 
 
 HOOKS = ZooKeeperHooks("zookeeper")

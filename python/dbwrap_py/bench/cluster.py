@@ -205,12 +205,12 @@ def round_order(configs: Sequence[Configuration], round_index: int) -> list[Conf
 
 
 #: ``--network loopback``: no profile, the nodes on loopback addresses (the default)
-LOOPBACK = "loopback"
+NO_PROFILE = "loopback"
 
 
 def network_named(text: str | None) -> str | None:
     """``--network``'s profile name; None for ``loopback`` or none given."""
-    return None if text in (None, "", LOOPBACK) else text
+    return None if text in (None, "", NO_PROFILE) else text
 
 
 def network_settings(name: str | None) -> dict[str, object]:

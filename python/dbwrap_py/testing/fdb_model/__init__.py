@@ -9,7 +9,8 @@ labelled ``fdb (model)`` and never count as FoundationDB working.
 
 This package is importable in place of ``fdb``: it exports the subset of
 that API the adapter uses (``client``). The store is a server process on a
-unix socket (``server``), shared by every process that opens the same
+unix socket, or on TCP at one address of this host for a networked
+cluster's nodes (``server``), shared by every process that opens the same
 cluster file; ``throwaway`` starts one for a test run.
 """
 

@@ -21,7 +21,10 @@ What it does as the real client does:
 * ``watch`` returns a future that becomes ready when the key's value changes
   after the transaction commits.
 
-The cluster file names the server: its content is ``<description>@unix:<socket path>``.
+The cluster file names the server: its content is ``<description>@unix:<socket path>``
+or ``<description>@tcp:<IPv4 address>:<port>`` (``_wire.parse_cluster_text``);
+anything else fails with 2104 connection_string_invalid naming the file.
+Every connection is a unix socket or TCP with TCP_NODELAY (``_wire.connect``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import inspect
 import io
 import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,13 +72,15 @@ MAYBE_COMMITTED = frozenset({1021})
 class FDBError(Exception):
     """An error from FoundationDB (here: from the model), with its ``code``."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, detail: str = "") -> None:
         super().__init__(code)
         self.code = code
         self.description = _DESCRIPTIONS.get(code, "Unknown error")
+        #: the model's own addition, e.g. which cluster file was wrong and why
+        self.detail = detail
 
     def __str__(self) -> str:
-        return f"{self.description} ({self.code})"
+        return f"{self.description} ({self.code})" + (f": {self.detail}" if self.detail else "")
 
 
 class _Predicates:
@@ -130,17 +134,20 @@ def is_api_version_selected() -> bool:
     return _api_version is not None
 
 
-def _socket_path(cluster_file: str | None) -> str:
+def _server_address(cluster_file: str | None) -> _wire.Address:
+    """Where the cluster file says the server listens; 2104 (the real
+    client's connection_string_invalid) naming the file when it cannot be
+    read or is neither form."""
     path = cluster_file or os.environ.get("FDB_CLUSTER_FILE", "")
     try:
         with io.open(path) as f:  # this module's open() is fdb's
-            text = f.read().strip()
+            text = f.read()
     except OSError as exc:
-        raise FDBError(2104) from exc  # the real client: connection_string_invalid / no cluster file
-    description, _, address = text.partition("@")
-    if not description or not address.startswith("unix:"):
-        raise FDBError(2104)
-    return address[len("unix:"):]
+        raise FDBError(2104, f"cannot read the cluster file {path!r}: {exc.strerror or exc}") from exc
+    try:
+        return _wire.parse_cluster_text(text)
+    except ValueError as exc:
+        raise FDBError(2104, f"the cluster file {path!r} names no model server: {exc}") from None
 
 
 def open(cluster_file: str | None = None, event_model: object = None) -> "Database":  # noqa: A001 (fdb's name)
@@ -153,7 +160,7 @@ def open(cluster_file: str | None = None, event_model: object = None) -> "Databa
         _network_pid = os.getpid()
     key = cluster_file or ""
     if key not in _databases:
-        _databases[key] = Database(_socket_path(cluster_file))
+        _databases[key] = Database(_server_address(cluster_file))
     return _databases[key]
 
 
@@ -162,30 +169,33 @@ def _check_process() -> None:
         raise FDBError(2008)
 
 
-def _call(path: str, *request: Any) -> Any:
-    """One request on this thread's connection to the server."""
+def _call(address: _wire.Address, *request: Any) -> Any:
+    """One request on this thread's connection to the server (a watch's
+    thread has its own, so a blocked watch holds up no other request)."""
     _check_process()
     conn = getattr(_local, "conns", None)
     if conn is None or conn[0] != os.getpid():
         conn = _local.conns = (os.getpid(), {})
-    sock = conn[1].get(path)
+    sock = conn[1].get(address)
     if sock is None:
-        sock = conn[1][path] = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(path)
-        except OSError as exc:
-            del conn[1][path]
-            raise FDBError(1100) from exc  # a real client would keep retrying; tests want an answer
+            sock = conn[1][address] = _wire.connect(address)
+        except OSError as exc:  # a real client would keep retrying; tests want an answer
+            raise FDBError(1100, f"no model server at {_shown(address)}: {exc}") from exc
     try:
         _wire.send(sock, request)
         status, result = _wire.receive(sock)
     except (OSError, ConnectionError) as exc:
-        conn[1].pop(path, None)
+        conn[1].pop(address, None)
         sock.close()
         raise FDBError(1100) from exc
     if status == "err":
         raise FDBError(result)
     return result
+
+
+def _shown(address: _wire.Address) -> str:
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
 
 
 # -- futures -------------------------------------------------------------------
@@ -273,9 +283,9 @@ class _Watch(Future):
     Armed at that transaction's commit; then a thread of its own asks the
     server in slices, so cancel() ends it."""
 
-    def __init__(self, path: str, key: bytes) -> None:
+    def __init__(self, address: _wire.Address, key: bytes) -> None:
         super().__init__(ready=False)
-        self._path = path
+        self._address = address
         self.key = key
 
     def arm(self, seen: bytes | None, since: int) -> None:
@@ -285,7 +295,7 @@ class _Watch(Future):
     def _run(self, seen: bytes | None, since: int) -> None:
         while not self.is_ready():
             try:
-                if _call(self._path, "watch", self.key, seen, since):
+                if _call(self._address, "watch", self.key, seen, since):
                     self._finish(None)
             except FDBError as exc:
                 self._finish(error=exc)
@@ -331,7 +341,7 @@ class _Read:
             tr._reads.append((key, _key_after(key)))
         known, value = tr._own_write(key)
         if not known:
-            value = _call(tr._path, "get", tr._read_version(), key)
+            value = _call(tr._address, "get", tr._read_version(), key)
             value = tr._overlay_value(key, value)
         return Value(value)
 
@@ -343,7 +353,7 @@ class _Read:
         tr = self._tr
         begin, end = bytes(begin), bytes(end)
         tr._use()
-        found = dict(_call(tr._path, "get_range", tr._read_version(), begin, end,
+        found = dict(_call(tr._address, "get_range", tr._read_version(), begin, end,
                            0 if tr._touches(begin, end) else limit, reverse))
         for key, value in tr._writes_in(begin, end):
             if value is None:
@@ -379,7 +389,7 @@ class Transaction(_Read):
     def __init__(self, db: "Database") -> None:
         super().__init__(self, snapshot=False)
         self._db = db
-        self._path = db._path
+        self._address = db._address
         self._retries = 0
         self._timeout_ms = db._timeout_ms
         self._retry_limit = db._retry_limit
@@ -412,7 +422,7 @@ class Transaction(_Read):
     def _read_version(self) -> int:
         self._use()
         if self._rv is None:
-            self._rv = _call(self._path, "grv")
+            self._rv = _call(self._address, "grv")
         return self._rv
 
     def set_read_version(self, version: int) -> None:
@@ -450,7 +460,7 @@ class Transaction(_Read):
         for b, e in self._cleared:
             lo, hi = max(b, begin), min(e, end)
             if lo < hi:
-                for kv in _call(self._path, "get_range", self._read_version(), lo, hi, 0, False):
+                for kv in _call(self._address, "get_range", self._read_version(), lo, hi, 0, False):
                     if kv[0] not in self._view:
                         yield kv[0], None
         for key, value in self._view.items():
@@ -541,7 +551,7 @@ class Transaction(_Read):
         when the transaction commits (a watch of an uncommitted one never fires)."""
         key = bytes(key)
         self._use()
-        future = _Watch(self._path, key)
+        future = _Watch(self._address, key)
         self._watches.append((key, future))
         return future
 
@@ -550,7 +560,7 @@ class Transaction(_Read):
         if self._size > TRANSACTION_SIZE_LIMIT:
             raise FDBError(2101)
         if self._mutations or self._write_ranges:
-            version = _call(self._path, "commit", self._read_version(), self._reads,
+            version = _call(self._address, "commit", self._read_version(), self._reads,
                             self._write_ranges, self._mutations)
             self._committed_version = version
         since = self._committed_version if self._committed_version > 0 else self._read_version()
@@ -585,8 +595,8 @@ class Transaction(_Read):
 class Database:
     """``fdb.open``'s result: makes transactions on the model's server."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, address: _wire.Address) -> None:
+        self._address = address
         self._timeout_ms = 0
         self._retry_limit = -1
         self.options = _Options(self)
@@ -649,9 +659,8 @@ class Control:
     """Fault injection and settings of a running model server."""
 
     def __init__(self, cluster_file: str) -> None:
-        self._path = _socket_path(cluster_file)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect(self._path)
+        self._address = _server_address(cluster_file)
+        self._sock = _wire.connect(self._address)
 
     def _ask(self, *request: Any) -> Any:
         _wire.send(self._sock, request)

@@ -1,7 +1,9 @@
 """The server of the model of FoundationDB: one store shared by every client
-process, on a unix socket. A model, not FoundationDB: no replication, no
-durability, one process; what it does keep is the transaction semantics an
-adapter relies on.
+process, on a unix socket, or on TCP at one IPv4 address of this host (a
+networked cluster's bridge address, where nodes in namespaces of their own
+reach it through the network profile's delay relay). A model, not
+FoundationDB: no replication, no durability, one process; what it does keep
+is the transaction semantics an adapter relies on.
 
 * **Versions.** A read version is the store's version clock, which advances
   about 1,000,000 per second (as FoundationDB's does) and never goes back;
@@ -19,7 +21,18 @@ adapter relies on.
   commit_unknown_result, applied or not (as the real one: the client cannot
   know), or with 1020.
 
-Run: ``python -m dbwrap_py.testing.fdb_model.server --socket PATH``.
+Who may connect: anyone who reaches it, with no peer check on either
+socket. It is a test and benchmark server (``tests_only``): the unix socket
+is open to every local user, as a real cluster's TCP port would be (smbd's
+children connect as the connected user); on TCP it listens on the one
+address it is given, never a wildcard: the bridge address of the network
+namespaces root made for a cluster (SambaCluster's ``throwaway_host``),
+which those namespaces and this host's own processes reach, as any local
+user reaches the unix socket. Never give it an address other machines reach.
+
+Run: ``python -m dbwrap_py.testing.fdb_model.server --socket PATH``, or
+``--tcp ADDRESS --port-file PATH``: on a free port at ADDRESS, written to
+PATH (``<port>`` and a newline, whole once it exists) when it listens.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import ipaddress
 import os
 import random
 import socket
@@ -35,6 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dbwrap_py.errors import ConfigError
@@ -303,7 +318,20 @@ class ModelServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
+class TcpModelServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    #: socketserver's 5 would overflow when a cluster's processes connect at
+    #: once, and a dropped TCP handshake is retried only after a second
+    request_queue_size = socket.SOMAXCONN
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, peer = super().get_request()
+        _wire.no_delay(sock)  # the replies are small: Nagle would hold each for the client's ACK
+        return sock, peer
+
+
 def serve(path: str, too_old_seconds: float = 5.0) -> None:
+    """Serve on the unix socket ``path`` until killed."""
     if os.path.exists(path):
         os.unlink(path)
     # any local user may connect, as to a real cluster's TCP port: smbd's
@@ -317,18 +345,58 @@ def serve(path: str, too_old_seconds: float = 5.0) -> None:
     server.serve_forever()
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve_tcp(host: str, port_file: Path, too_old_seconds: float = 5.0) -> None:
+    """Serve on a free TCP port at ``host`` until killed; the port goes to
+    ``port_file`` once the server listens (the kernel picks it at the bind,
+    so no other process can take it in between)."""
+    server = TcpModelServer((listening_host(host), 0), _handler(Store(too_old_seconds)))
+    port = server.server_address[1]
+    partial = port_file.with_name(port_file.name + ".partial")
+    partial.write_text(f"{port}\n")
+    os.replace(partial, port_file)  # whole or absent: the waiter never reads half a number
+    print(f"model of FoundationDB serving on {host}:{port}", flush=True)
+    server.serve_forever()
+
+
+def listening_host(host: str) -> str:
+    """``host`` if it is one IPv4 address; ConfigError for anything else, a
+    wildcard above all: the model checks no peer, so it must not listen on
+    every interface."""
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise ConfigError(f"the model of FoundationDB listens on one IPv4 address, not {host!r}") from None
+    if address.is_unspecified or address.is_multicast or address == ipaddress.IPv4Address("255.255.255.255"):
+        raise ConfigError(f"the model of FoundationDB checks no peer: it listens on one address of "
+                          f"this host, not {host}")
+    return str(address)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="the model of FoundationDB's transactions (for tests)")
-    parser.add_argument("--socket", required=True, help="unix socket path to serve on")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", help="unix socket path to serve on")
+    where.add_argument("--tcp", metavar="ADDRESS", help="IPv4 address of this host to serve on, on a free port")
+    parser.add_argument("--port-file", type=Path, help="with --tcp: where to write the port once listening")
     parser.add_argument("--too-old-seconds", type=float, default=5.0,
                         help="MVCC window: older read versions get 1007 transaction_too_old")
     args = parser.parse_args(argv)
+    if args.tcp is not None and args.port_file is None:
+        parser.error("--tcp needs --port-file (how else would the clients learn the port)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     try:
         require_test_run("the model of FoundationDB's server")
+        if args.tcp is not None:
+            serve_tcp(args.tcp, args.port_file, args.too_old_seconds)
+        else:
+            serve(args.socket, args.too_old_seconds)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    serve(args.socket, args.too_old_seconds)
     return 0
 
 

@@ -5,8 +5,9 @@ and unmarshals what arrives: not a store for a real Samba. Its server
 refuses to start unless the environment says this is a test run, which
 only the throwaway server (``throwaway.model_server``) says, to the server
 it starts. (The model's client reaches nothing else: its cluster file must
-name a unix socket, ``<description>@unix:<path>``, which no real
-FoundationDB cluster file does.)
+name a unix socket, ``<description>@unix:<path>``, or
+``<description>@tcp:<IPv4 address>:<port>``, which no real FoundationDB
+cluster file does: theirs is ``<description>:<id>@<ip>:<port>,...``.)
 """
 
 from __future__ import annotations

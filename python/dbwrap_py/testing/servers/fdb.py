@@ -16,7 +16,11 @@ class FdbHooks(LeasedHooks):
 
     def throwaway_server(self, options: Mapping[str, str]) -> AbstractContextManager[dict[str, str]] | None:
         """With fdb_library = model and no cluster_file: a model server for the
-        run. A real cluster is never started here: with fdb_library = real,
+        run, on a unix socket, or with ``throwaway_host`` (where it listens;
+        not an adapter option: a networked cluster's bridge address) on TCP
+        at a free port of that address, so nodes in namespaces of their own
+        reach it through their profile's delay relay. A real cluster is never
+        started here: with fdb_library = real,
         None when a cluster file is given or fdb's default one exists, and
         otherwise ServerError (so the suite and the benchmarks skip with the
         reason instead of failing every check)."""
@@ -26,7 +30,7 @@ class FdbHooks(LeasedHooks):
         if options.get("cluster_file"):
             return None
         if library.kind_of(options) == "model":
-            return _model()
+            return _model(str(options["throwaway_host"]) if options.get("throwaway_host") else None)
         default = os.environ.get("FDB_CLUSTER_FILE") or DEFAULT_CLUSTER_FILE
         if not os.path.exists(default):
             raise ServerError(f"no FoundationDB cluster: give -o cluster_file=... ({default} does not "
@@ -42,10 +46,10 @@ class FdbHooks(LeasedHooks):
 
 
 @contextmanager
-def _model() -> Iterator[dict[str, str]]:
+def _model(host: str | None) -> Iterator[dict[str, str]]:
     from dbwrap_py.testing.fdb_model.throwaway import model_server
 
-    with model_server() as cluster_file:
+    with model_server(host=host) as cluster_file:
         yield {"cluster_file": str(cluster_file)}
 
 

@@ -26,6 +26,9 @@ from dbwrap_py.explain import explain
 from dbwrap_py.samba import VOLATILE_DATABASES, SambaError, SambaSetup, ThrowawaySamba
 from dbwrap_py.servers import read_lines_until
 
+#: what smbtorture prints when path-contention-shared passed
+SUCCESS_LINE = "success: path-contention-shared"
+
 #: the suites issue 3 names; path-contention-shared is the benchmark's
 SUITES = (
     "smb2.create",
@@ -372,7 +375,7 @@ def parse_rates(output: str) -> Rates:
         rates.open_latency.append(float(match.group(3)))
         rates.closes.append(int(match.group(4).replace(",", "")))
         rates.close_latency.append(float(match.group(5)))
-    rates.ok = "success: path-contention-shared" in output and bool(rates.opens)
+    rates.ok = SUCCESS_LINE in output and bool(rates.opens)
     return rates
 
 
@@ -503,6 +506,9 @@ def added_rates(parts: Sequence[Rates], timed_out: bool, timeout: float, logs: C
     if failed or timed_out or not total.ok:
         first = parts[failed[0]] if failed else (parts[0] if parts else Rates())
         which = f"process {failed[0] + 1} of {len(parts)}: " if failed else ""
+        if failed and SUCCESS_LINE in first.output and not first.opens:
+            total.cause.append(which + "smbtorture passed but printed no second's rate: its clients "
+                                       "finished no open+close in the whole run")
         total.cause += [which + line for line in explain(first.output, logs())] or \
             [f"no second measured by all {len(parts)} processes"]
     return total

@@ -350,6 +350,12 @@ def test_own_files_rates_add_up_per_second_and_a_failed_process_is_named():
     assert not failed.ok and failed.cause and failed.cause[0].startswith("process 2 of 2: "), failed.cause
     late = added_rates([a, b], True, 10, lambda: "")
     assert not late.ok and late.cause[0] == "smbtorture ran past 10s"
+    # passed, but not one open in the run: said so first, not only its last lines
+    idle = Rates(output="smbtorture: 5.01 seconds\nsuccess: path-contention-shared\n", ok=False)
+    starved = added_rates([a, idle], False, 10, lambda: "")
+    assert not starved.ok and starved.cause[0] == (
+        "process 2 of 2: smbtorture passed but printed no second's rate: its clients finished no "
+        "open+close in the whole run"), starved.cause
 
 
 def test_a_workload_not_known_is_refused():

@@ -71,13 +71,16 @@ def test_a_ready_descriptor_ends_the_wait_and_an_expired_timer_wakes_nothing_aft
 
 
 def test_asyncio_sleeps_on_the_fine_loop_end_under_a_millisecond():
-    async def quickest() -> float:
+    async def waits() -> list[float]:
         times = []
         for _ in range(WAITS):
             began = time.perf_counter()
             await asyncio.sleep(WAIT_S)
             times.append(time.perf_counter() - began)
-        return min(times)
+        return sorted(times)
 
-    assert WAIT_S <= fine_selector.run(quickest()) < 0.001
-    assert asyncio.run(quickest()) >= 0.001  # the default loop: the broken example
+    assert WAIT_S <= fine_selector.run(waits())[0] < 0.001
+    # the default loop, the broken example: its waits take a whole
+    # millisecond but for one another event ended early (once in make check,
+    # the quickest was 0.89 ms), so its median
+    assert asyncio.run(waits())[WAITS // 2] >= 0.001

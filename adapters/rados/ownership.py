@@ -200,24 +200,23 @@ class RadosOwnership(ServedOwnership):
     def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                   node: bytes, lease: int) -> bool:
         """No op spans the request (on the node's object) and the record (on
-        its own), so: the request read; removed, guarded on its value (a
-        request made again stands, for the agent to serve); then the record
-        written back and made its asker's in one op fenced on ``token``, so
-        nobody takes it in between. The asker's lease is asked of the OSD
-        before: one that dies after that leaves a lock like its own take
-        just before it died, which ``settle`` clears. The holder's chainlock
-        keeps its node's processes out meanwhile."""
+        its own), so: the request read; the record written back and made its
+        asker's in one op fenced on ``token``, so nobody takes it in between;
+        then the request removed, guarded on its value (a request made again
+        stands, for the agent to serve). The asker holds the record after two
+        round trips, as on etcd; the removal is the holder's alone. The
+        asker's lease is not asked of the OSD: one that died leaves a lock
+        like its own take just before it died, which ``settle`` clears. The
+        holder's chainlock keeps its node's processes out meanwhile."""
         oid, entry = node_oid(self.prefix, node), request_entry(self.db_id, key)
         asked = self.ops.read(oid, [entry], "hand over").get(entry)
         if asked is None:  # nobody asks (any more): the record stays free
             return self.write_back_fenced(key, value, token, via_bucket)
-        to = request_holder(asked)
-        if to is not None and not self.leases.live(*to):
-            to = None
-        unchanged = self.ops.write(oid, lambda op: (
+        done = self.write_back_fenced(key, value, token, via_bucket, request_holder(asked))
+        self.ops.write(oid, lambda op: (
             op.omap_cmp(entry, asked.decode(), rados.LIBRADOS_CMPXATTR_OP_EQ),
-            self.ops.io.remove_omap_keys(op, [entry])), "release request served") == 0
-        return self.write_back_fenced(key, value, token, via_bucket, to if unchanged else None)
+            self.ops.io.remove_omap_keys(op, [entry])), "release request served")
+        return done
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         names = Names.of(key)

@@ -20,6 +20,7 @@ from dbwrap_py.adapters.rados import client as rc  # noqa: E402
 from dbwrap_py.adapters.rados.nodenames import node_oid, request_entry  # noqa: E402
 from dbwrap_py.adapters.rados.nodestore import RadosNodeStore  # noqa: E402
 from dbwrap_py.adapters.rados.adapter import RadosAdapter  # noqa: E402
+from dbwrap_py.adapters.rados.ownership import RadosOwnership  # noqa: E402
 from dbwrap_py.nodecache.layout import bucket_of  # noqa: E402
 from dbwrap_py.nodecache.protocol import OwnedElsewhere  # noqa: E402
 from dbwrap_py.options import Options  # noqa: E402
@@ -157,6 +158,47 @@ def test_a_record_handed_over_is_the_asking_nodes_and_one_a_process_asked_for_is
         assert own.hand_over(key, b"w", mine.token, False, b"hy", lease_y.id)
         assert own.owner(key) is None and stored(db, key) == b"w"
         assert requests(b"hy") == []
+    x.revoke(lease_x)
+    y.revoke(lease_y)
+    db.close()
+
+
+def test_a_hand_over_makes_the_record_the_askers_in_two_round_trips_and_a_dead_askers_hold_is_cleared(
+        ceph, tmp_path):
+    """The asker holds the record after the request's read and the fenced
+    write-back (the request's removal comes after: three round trips in all,
+    none of them asking the OSD for the asker's lease). An asker that died
+    meanwhile holds it only until the next taker finds its lease gone."""
+    db = open_db(ceph, tmp_path)
+    own = db.ownership()
+    x, y, z = node_store(ceph), node_store(ceph), node_store(ceph)
+    lease_x, lease_y, lease_z = x.grant(b"tx", 30), y.grant(b"ty", 30), z.grant(b"tz", 30)
+    looker = RadosOwnership(rc.Ops(own.ops.config), own.prefix, own.meta_oid, own.db_id, own.objects,
+                            own.epoch, own.op_timeout)  # its round trips are not own's
+    writes: list[str] = []
+    send = own.ops.send
+
+    def recording(op, oid, what):
+        writes.append(f"{what}: {looker.owner(b'k')}" if what == "release request served" else what)
+        return send(op, oid, what)
+
+    held = own.take(b"k", b"tx", lease_x.id)
+    own.request_release(b"k", b"tx", lease_y.id, requester=b"ty")
+    own.ops.send = recording
+    before = own.ops.round_trips
+    assert own.hand_over(b"k", b"v", held.token, False, b"tx", lease_x.id)
+    own.ops.send = send
+    assert own.ops.round_trips - before == 3, "the read, the write-back, the request's removal"
+    assert writes == ["hand over", "release request served: b'ty'"], "y held it before the request went"
+    assert own.owner(b"k") == b"ty"
+
+    mine = own.take(b"k", b"ty", lease_y.id)
+    own.request_release(b"k", b"ty", lease_z.id, requester=b"tz")
+    z.revoke(lease_z)  # z dies after asking
+    assert own.hand_over(b"k", b"w", mine.token, False, b"ty", lease_y.id)
+    assert own.owner(b"k") is None, "z's hold, of a dead lease, is nobody's"
+    again = own.take(b"k", b"tx", lease_x.id)  # finds z's lease gone, removes its entry
+    assert again.value == b"w"
     x.revoke(lease_x)
     y.revoke(lease_y)
     db.close()

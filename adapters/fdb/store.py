@@ -470,16 +470,28 @@ class FdbStore:
     # -- TDB_CLEAR_IF_FIRST -----------------------------------------------------------------
 
     def join_openers(self) -> None:
-        """Add this store's owner to the openers; wipe first if no live one is left."""
+        """Add this store's owner to the openers; wipe first if no live one is left.
+
+        The openers are read as a snapshot: other processes join, renew and
+        leave all the time (64 smbd children, each renewing its key every 3.3 s:
+        a renewal every 50 ms per database), and a join that found a live opener
+        has nothing to fear from them, so they must not void it. Far from the
+        cluster (15 ms each way, four round trips) a join whose read conflicted
+        with every one of them was retried until its 5 s timeout (1031). What it
+        must lose to is a wipe committed meanwhile, and every wipe writes the
+        wipe key, which it reads with a conflict (the revision it returns is
+        then the current one). A wipe does conflict with every opener key: a
+        join committed meanwhile voids it, and its retry sees that opener live."""
 
         def body(tr: Any, _: bool) -> tuple[bool, int]:
             version = tr.get_read_version().wait()
-            live = [kv for kv in tr.get_range(self.openers, prefix_end(self.openers))
-                    if _LOCK.unpack(bytes(kv.value))[1] > version]
+            everyone = (self.openers, prefix_end(self.openers))
+            live = any(_LOCK.unpack(bytes(kv.value))[1] > version for kv in tr.snapshot.get_range(*everyone))
             if live:
+                raw = value_of(tr.get(self.wipe_key))  # a wipe meanwhile conflicts with this join
                 self._set_opener(tr, version)
-                raw = value_of(tr.snapshot.get(self.wipe_key))
                 return False, int.from_bytes(raw, "big") if raw is not None else 0
+            tr.add_read_conflict_range(*everyone)  # a join meanwhile conflicts with this wipe
             for sub in (self.data, self.locks, self.openers):
                 tr.clear_range(sub, prefix_end(sub))
             nodekeys.wipe(tr, self)  # and the nodes' ownerships, which no opener holds

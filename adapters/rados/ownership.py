@@ -29,6 +29,7 @@ import rados
 from dbwrap_py.adapters.rados import client as rc
 from dbwrap_py.adapters.rados.nodenames import Holding, Leases, Names, all_entries, bucket_entries, guard_free, node_oid
 from dbwrap_py.adapters.rados.nodenames import parse_holder, request_entry, request_holder, request_value
+from dbwrap_py.errors import DbwrapError
 from dbwrap_py.nodecache.ownership_base import Refused, ServedOwnership, generation_of, live_owners, new_token
 from dbwrap_py.nodecache.ownership_base import take_retrying
 from dbwrap_py.nodecache.ownership_base import holder_mark as holder
@@ -213,9 +214,12 @@ class RadosOwnership(ServedOwnership):
         if asked is None:  # nobody asks (any more): the record stays free
             return self.write_back_fenced(key, value, token, via_bucket)
         done = self.write_back_fenced(key, value, token, via_bucket, request_holder(asked))
-        self.ops.write(oid, lambda op: (
-            op.omap_cmp(entry, asked.decode(), rados.LIBRADOS_CMPXATTR_OP_EQ),
-            self.ops.io.remove_omap_keys(op, [entry])), "release request served")
+        try:
+            self.ops.write(oid, lambda op: (
+                op.omap_cmp(entry, asked.decode(), rados.LIBRADOS_CMPXATTR_OP_EQ),
+                self.ops.io.remove_omap_keys(op, [entry])), "release request served")
+        except DbwrapError:  # the record is handed over all the same: the node must forget it
+            pass  # the request stays, and the agent, finding the record gone, removes it (let_go)
         return done
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:

@@ -167,8 +167,9 @@ def test_a_hand_over_makes_the_record_the_askers_in_two_round_trips_and_a_dead_a
         ceph, tmp_path):
     """The asker holds the record after the request's read and the fenced
     write-back (the request's removal comes after: three round trips in all,
-    none of them asking the OSD for the asker's lease). An asker that died
-    meanwhile holds it only until the next taker finds its lease gone."""
+    none of them asking the OSD for the asker's lease); a removal that fails
+    does not undo the hand-over. An asker that died meanwhile holds it only
+    until the next taker finds its lease gone."""
     db = open_db(ceph, tmp_path)
     own = db.ownership()
     x, y, z = node_store(ceph), node_store(ceph), node_store(ceph)
@@ -192,6 +193,21 @@ def test_a_hand_over_makes_the_record_the_askers_in_two_round_trips_and_a_dead_a
     assert writes == ["hand over", "release request served: b'ty'"], "y held it before the request went"
     assert own.owner(b"k") == b"ty"
 
+    mine = own.take(b"k", b"ty", lease_y.id)
+    own.request_release(b"k", b"ty", lease_x.id, requester=b"tx")
+
+    def failing(op, oid, what):
+        if what == "release request served":
+            raise rc.failed(-110, what)  # the OSD did not answer the removal
+        return send(op, oid, what)
+
+    own.ops.send = failing
+    assert own.hand_over(b"k", b"v2", mine.token, False, b"ty", lease_y.id), "handed over all the same"
+    own.ops.send = send
+    assert own.owner(b"k") == b"tx"
+    mine = own.take(b"k", b"tx", lease_x.id)
+    assert mine.value == b"v2"
+    own.write_back(b"k", b"v2", mine.token, False, b"tx", lease_x.id)
     mine = own.take(b"k", b"ty", lease_y.id)
     own.request_release(b"k", b"ty", lease_z.id, requester=b"tz")
     z.revoke(lease_z)  # z dies after asking

@@ -17,6 +17,7 @@ from typing import Any
 
 from dbwrap_py.adapters.etcd.client import _b64, _unb64
 from dbwrap_py.adapters.etcd.keys import DatabaseKeys, marker_node, node_marker, prefix_end, request
+from dbwrap_py.errors import DbwrapError
 from dbwrap_py.nodecache.layout import bucket_of
 from dbwrap_py.nodecache.protocol import Claim, OwnedElsewhere, Ownership, Taken
 
@@ -190,18 +191,26 @@ class EtcdOwnership(Ownership):
         if not reply.get("succeeded"):
             return False
         found = first_kv(reply["responses"][-1])
-        if found is None:
-            return True
+        if found is not None:
+            try:
+                self._give(key, asked, found)
+            except DbwrapError:  # the record is handed back all the same: the node must forget it
+                pass  # the request stays; the asker takes the record free, the agent removes it (let_go)
+        return True
+
+    def _give(self, key: bytes, asked: bytes, found: Mapping[str, Any]) -> None:
+        """After the write-back: the record to the node that asked (its lock
+        key on its lease), the request removed as read."""
+        k = self.keys
         marker = _unb64(found.get("value"))
         compare = {"key": _b64(asked), "target": "MOD", "result": "EQUAL", "mod_revision": found["mod_revision"]}
         if marker_node(marker) is None:  # a process asked: the record stays free
             self._txn({"compare": [compare], "success": [delete_op(asked)]})
-            return True
+            return
         reply = self._txn({"compare": [compare, compare_create(k.lock(key), 0)],
                            "success": [put_op(k.lock(key), marker, int(found["lease"])), delete_op(asked)]})
         if not reply.get("succeeded"):  # taken meanwhile (by the asking node's own look, most likely)
             self._txn({"compare": [compare], "success": [delete_op(asked)]})
-        return True
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:
         reply = self._txn({"compare": [self._fence(key, token, via_bucket)],

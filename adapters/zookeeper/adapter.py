@@ -64,8 +64,12 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     def _connect(self, may_wipe: bool) -> Session:
         session = session_for(self.config)
-        try:
-            self.root, self._registration = open_root(session, self.base, self.spec.persistent, may_wipe)
+        if self._registration is not None and self._registration.covers_child():
+            self._zk = session  # an opener through its parent's registration, in its generation
+            return session
+        try:  # with a node agent, smbd's children are openers through their parent's (openers.py)
+            self.root, self._registration = open_root(session, self.base, self.spec.persistent, may_wipe,
+                                                      covers_children=self.spec.node is not None)
             self.seq, self.wipe_revision = f"{self.root}/s", nodes.wipe_revision(self.root)
         except BaseException:
             let_go(session)
@@ -134,7 +138,9 @@ class ZooKeeperAdapter(TransactionSteps, TransactionalLeasedAdapter):
 
     def after_fork(self) -> None:
         super().after_fork()
-        self._zk, self._registration = None, None  # the parent's (dbwrap_py.openers leaves it to the parent)
+        self._zk = None  # the parent's session; its registration stays only if it covers the child
+        if self._registration is not None and not self._registration.covers_child():
+            self._registration = None  # the parent's (dbwrap_py.openers leaves it to the parent)
 
     def close(self) -> None:
         if self._zk is not None:

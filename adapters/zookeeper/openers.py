@@ -86,15 +86,18 @@ class ZkOpeners:
             raise Unavailable(f"zookeeper: deleting opener {self.path(opener)}: {failed[1]!r}")
 
 
-def open_root(session: Session, base: str, persistent: bool, may_wipe: bool) -> tuple[str, Registration | None]:
+def open_root(session: Session, base: str, persistent: bool, may_wipe: bool,
+              covers_children: bool = False) -> tuple[str, Registration | None]:
     """(the folder a database's znodes live in, this opener's registration).
     A persistent database's is ``base/p``, with no opener; a volatile one's
     is its openers' generation (``OPENERS.open``): the first opener, if
-    ``may_wipe``, starts a new one (TDB_CLEAR_IF_FIRST's wipe)."""
+    ``may_wipe``, starts a new one (TDB_CLEAR_IF_FIRST's wipe).
+    ``covers_children``: this process's forked children are openers through
+    the registration, and open with no round trip here (no join, no wipe)."""
     registration, generation = None, PERSISTENT
     if not persistent:
         store = ZkOpeners(session, base)
-        registration = OPENERS.open(store, clear_if_first=may_wipe)
+        registration = OPENERS.open(store, clear_if_first=may_wipe, covers_children=covers_children)
         generation = store.generation
     root = f"{base}/{generation}"
     session.ensure(*(f"{root}/{folder}" for folder in "dlfs"))

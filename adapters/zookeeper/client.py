@@ -135,10 +135,14 @@ class Session:
         self.round_trips += 1
         return self._wait(self.client.exists_async(path), f"stat {path}", timeout)
 
-    def child_changes(self, path: str, stop: threading.Event, poll: float = 1.0) -> Iterator[tuple[str, bool]]:
+    def child_changes(self, path: str, stop: threading.Event, poll: float = 1.0,
+                      read: Callable[[dict[str, tuple[bytes, int]]], None] | None = None
+                      ) -> Iterator[tuple[str, bool]]:
         """(name, True) for each child of ``path`` as it comes (a kazoo
         watch), and for every one there again after ``poll`` seconds without
-        a change; (name, False) for each one gone; until ``stop``."""
+        a change; (name, False) for each one gone; until ``stop``. ``read``
+        is given the data and version of the ones about to be yielded as
+        there, read together (one round trip; those gone meanwhile left out)."""
         woken, seen, there = threading.Event(), set(), set()
 
         def watcher(_event: object) -> None:  # one function: kazoo keeps one watcher
@@ -148,7 +152,13 @@ class Session:
             woken.clear()
             names = set(self._wait(self.client.get_children_async(path, watch=watcher), f"watch {path}") or [])
             yield from ((name, False) for name in sorted(there - names))
-            yield from ((name, True) for name in sorted(names - seen))
+            new = sorted(names - seen)
+            if read is not None and new:
+                self.round_trips += 1
+                pending = [self.client.get_async(f"{path}/{name}") for name in new]
+                replies = [self._wait(reply, f"get {path}/{name}") for name, reply in zip(new, pending)]
+                read({name: (reply[0], reply[1].version) for name, reply in zip(new, replies) if reply is not None})
+            yield from ((name, True) for name in new)
             there = names
             seen = names if woken.wait(poll) else set()
 
@@ -163,11 +173,19 @@ class Session:
         failed. With ``retry`` (``ops`` may be applied twice), a lost
         connection or session is tried again until op_timeout: after a
         session expired, a new one answers."""
+        return self.multis([ops], retry)[0]
+
+    def multis(self, batches: Sequence[Sequence[Op]], retry: bool = False) -> list[tuple[int, Exception] | None]:
+        """``multi`` of each batch, all sent at once (one round trip) and
+        applied in their order; each one's answer."""
         lost: Unavailable | None = None
         for _ in retry_until(time.monotonic() + self.config.op_timeout, RECONNECT):
             try:
                 self._let_go_unreleased()
-                return self._multi(ops)
+                self.round_trips += 1
+                pending = [self._commit(ops) for ops in batches]
+                return [self._failed(self._wait(reply, f"multi of {len(ops)} ops"))
+                        for ops, reply in zip(batches, pending)]
             except Unavailable as exc:
                 if not (retry and isinstance(exc.__cause__, (ConnectionLoss, SessionExpiredError))):
                     raise
@@ -177,6 +195,10 @@ class Session:
 
     def _multi(self, ops: Sequence[Op]) -> tuple[int, Exception] | None:
         self.round_trips += 1
+        return self._failed(self._wait(self._commit(ops), f"multi of {len(ops)} ops"))
+
+    def _commit(self, ops: Sequence[Op]) -> Any:
+        """``ops`` sent as one multi, unwaited."""
         txn = self.client.transaction()
         for kind, path, *rest in ops:
             if kind == "create":
@@ -187,9 +209,37 @@ class Session:
                 txn.delete(path, *rest)
             else:
                 txn.check(path, -1)
-        results = self._wait(txn.commit_async(), f"multi of {len(ops)} ops")
+        return txn.commit_async()
+
+    @staticmethod
+    def _failed(results: Sequence[Any]) -> tuple[int, Exception] | None:
         return next(((i, r) for i, r in enumerate(results)
                      if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+
+    def multi_reading(self, ops: Sequence[Op], paths: Sequence[str] = (), folders: Sequence[str] = (),
+                      stats: Sequence[str] = ()
+                      ) -> tuple[tuple[int, Exception] | None, list[bytes | None], list[list[str]], list[Any]]:
+        """``multi`` (not tried again), then each of ``paths``' data, of
+        ``folders``' children and of ``stats``' stat (None: missing) as
+        they are right after it, in the same round trip: ZooKeeper applies
+        a session's requests in the order they were sent."""
+        self._let_go_unreleased()
+        self.round_trips += 1
+        committed = self._commit(ops)
+        pending = [self.client.get_async(p) for p in paths]
+        listed = [self.client.get_children_async(folder) for folder in folders]
+        looked = [self.client.exists_async(p) for p in stats]
+        failed = self._failed(self._wait(committed, f"multi of {len(ops)} ops"))
+        replies = [self._wait(reply, f"get {path}") for path, reply in zip(paths, pending)]
+        names = [self._wait(reply, f"children of {folder}") or [] for folder, reply in zip(folders, listed)]
+        found = [self._wait(reply, f"stat {path}") for path, reply in zip(stats, looked)]
+        return failed, [None if reply is None else reply[0] for reply in replies], names, found
+
+    def stat_many(self, paths: Sequence[str]) -> list[Any]:
+        """Each znode's stat (None: missing), the requests sent together."""
+        self.round_trips += 1
+        pending = [self.client.exists_async(p) for p in paths]
+        return [self._wait(reply, f"stat {path}") for path, reply in zip(paths, pending)]
 
     def create_all(self, ops: Sequence[Op], what: str) -> bool:
         """``ops`` (creates among them) in one multi: False if a create
@@ -228,15 +278,32 @@ class Session:
             self._multi([("delete", fence), ("delete", lock)])  # raises while still away: kept
             self._unreleased.pop(0)
 
-    def write(self, path: str, seq: str, fence: Sequence[Op], value: bytes | None, retry: bool = False) -> bool:
+    def write(self, path: str, seq: str, fence: Sequence[Op], value: bytes | None, retry: bool = False,
+              together: bool = False) -> bool:
         """``fence``, then ``value`` at ``path`` (None: delete) and a set of
         ``seq``, in one multi; False if the fence failed. A record's existence
-        is guessed, and the guess flipped once if wrong. ``retry``: as ``multi``."""
-        for present in (True, False):
-            failed = self.multi([*fence, *record_ops(path, value, present), ("set", seq, b"")], retry)
-            if failed is None or failed[0] < len(fence):
-                return failed is None
-        raise Unavailable(f"zookeeper: writing {path}: {failed[1]!r}")
+        is guessed, and the guess flipped once if wrong. ``retry``: as ``multi``.
+        ``together`` (a fence that ``fence`` itself ends: a write-back): the
+        multi for each guess sent at once, one round trip; the fence lets
+        the right one apply, the other fails."""
+        guesses = [[*fence, *record_ops(path, value, present), ("set", seq, b"")] for present in (True, False)]
+        failed = self.multis(guesses, retry) if together else []
+        for ops in guesses if not together else []:
+            failed.append(self.multi(ops, retry))
+            if failed[-1] is None or failed[-1][0] < len(fence):
+                break
+        if None in failed:
+            return True
+        if any(f is not None and f[0] < len(fence) for f in failed):
+            return False
+        raise Unavailable(f"zookeeper: writing {path}: {failed[-1][1]!r}")  # type: ignore[index]
+
+    def send(self, ops: Sequence[Op]) -> None:
+        """``ops`` as one multi, unwaited: its answer is not read (the
+        session's next request is applied after it)."""
+        self.round_trips += 1
+        with suppress(Exception):  # kazoo's own errors on a closed connection: the caller asks again
+            self._commit(ops)
 
     def forget(self, path: str, version: int = -1) -> None:
         """Delete ``path`` if it is there (at ``version``, if given), unwaited

@@ -24,6 +24,8 @@ class ZkNodeStore(NodeStore):
         self.nodes = f"{self.top}/_nodes"
         self.config = ZkConfig(options.get_str("hosts", ""), 0.0, options.get_float("op_timeout", 10.0, minimum=0.1))
         self._zk: Session | None = None
+        #: request path -> its data and version, as read when it came: hand_over reads it no more
+        self._marks: dict[str, tuple[bytes, int]] = {}
 
     @property
     def zk(self) -> Session:
@@ -54,16 +56,28 @@ class ZkNodeStore(NodeStore):
         self.zk.multi([("delete", lease_path(self.nodes, lease.id)), ("delete", f"{self.nodes}/a/{self.node}")])
 
     def requests(self, node: bytes, stop: threading.Event) -> Iterator[tuple[bytes, bytes] | Served]:
-        for name, standing in self.zk.child_changes(f"{self.nodes}/r/{node.decode()}", stop):
+        """The new requests' data read with them, in a round trip for all
+        that came together (a burst of hand-overs then costs one each)."""
+        folder = f"{self.nodes}/r/{node.decode()}"
+
+        def read(found: dict[str, tuple[bytes, int]]) -> None:
+            if len(self._marks) >= 4096:  # left by a listing that ended (they are read again as they come)
+                self._marks.clear()
+            self._marks.update((f"{folder}/{name}", mark) for name, mark in found.items())
+
+        for name, standing in self.zk.child_changes(folder, stop, read=read):
             db, _, key = name.partition(".")
             request = bytes.fromhex(db), bytes.fromhex(key)
+            if not standing:
+                self._marks.pop(f"{folder}/{name}", None)
             yield request if standing else Served(*request)
 
     def done(self, node: bytes, db_id: bytes, key: bytes) -> None:
         self.zk.multi([("delete", f"{self.nodes}/r/{node.decode()}/{db_id.hex()}.{key.hex()}")])
 
     def database(self, db_id: bytes) -> ZkOwnership:
-        return ZkOwnership(lambda: self.zk, f"{self.top}/{db_id.decode()}", None, self.config.op_timeout)
+        return ZkOwnership(lambda: self.zk, f"{self.top}/{db_id.decode()}", None, self.config.op_timeout,
+                           self._marks)
 
     def close(self) -> None:
         if self._zk is not None:

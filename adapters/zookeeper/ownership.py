@@ -84,10 +84,16 @@ class ZkOwnership(ServedOwnership):
     its generation), or the agent's (``root`` None: the token's generation,
     else the current one)."""
 
-    def __init__(self, zk: Callable[[], Session], base: str, root: str | None, op_timeout: float) -> None:
+    def __init__(self, zk: Callable[[], Session], base: str, root: str | None, op_timeout: float,
+                 marks: dict[str, tuple[bytes, int]] | None = None) -> None:
         self.zk, self.base, self.fixed_root, self.op_timeout = zk, base, root, op_timeout
+        #: the agent's: each standing request's data and version as its listing read them (each used once)
+        self.marks = marks if marks is not None else {}
         self.nodes = base.rsplit("/", 1)[0] + "/_nodes"
         self.db = base.rsplit("/", 1)[-1].encode()
+        #: bucket -> the other node's claim last met on it: a take in it looks at that
+        #: holder's lease fence and the key's detached mark in its first round trip
+        self._claims: dict[int, Holder] = {}
 
     def root(self, token: int = 0) -> str:
         if self.fixed_root is not None:
@@ -110,36 +116,71 @@ class ZkOwnership(ServedOwnership):
         ephemeral); else (False, the node that holds it, whether by its
         bucket; None for a process), and a process asks that node to hand it
         back. Dead holders met on the way are removed."""
-        root, zk = self.root(), self.zk()
+        return self._lock(key, token, holder)[:3]
+
+    def _lock(self, key: bytes, token: int, holder: Holder | None) -> tuple[bool, Holder | None, bool, bytes | None]:
+        """``lock``'s answer and the record's value, read in the take's
+        round trip (right after its multi: the session's order). A refusal
+        looks at the holder's lease fence and the key's detached mark (no
+        lease for our own hold: the multi checked it): in the same round
+        trip for the claim this ownership last met on the bucket (a refused
+        claim's, a waiter's tries), else in one more."""
+        root, zk, bucket = self.root(), self.zk(), bucket_of(key)
         pre: list[Op] = [] if holder is None else [("check", lease_path(self.nodes, holder.lease))]
         claim, detached_from = znode(root, "b", key), 0
+        reads = [znode(root, "l", key), claim, znode(root, "d", key)]
+        mine = (holder.node, holder.lease) if holder is not None else None
         for _ in range(8):
             unclaimed: list[Op] = ([("create", claim, b"", False), ("delete", claim)] if not detached_from else
                                    [("check", znode(root, "x", key, detached_from)),
                                     ("check", znode(root, "b", key, detached_from))])
-            failed = zk.multi([*pre, ("create", znode(root, "l", key), holder.encode() if holder else b"", not holder),
-                               ("create", znode(root, "l", key, token), b"", not holder), *unclaimed])
+            guess = self._claims.get(bucket) if not detached_from else None
+            failed, (locked, claimed, value), _, early = zk.multi_reading(
+                [*pre, ("create", znode(root, "l", key), holder.encode() if holder else b"", not holder),
+                 ("create", znode(root, "l", key, token), b"", not holder), *unclaimed], reads,
+                stats=self._looks(root, key, guess) if guess is not None else ())
             if failed is None:
-                return True, None, False
+                return True, None, False, value
             at, detached_from = failed[0] - len(pre), 0
             kind = "l" if at == 0 else "b"
             if at < 0:
                 raise FencedOut(f"zookeeper: node lease {holder.lease:x} is gone" if holder else "")
             if at == 1 or (at == 0 and not isinstance(failed[1], NodeExistsError)):
                 raise Unavailable(f"zookeeper: taking the lock of {key!r}: {failed[1]!r}")
-            data = zk.get_many([znode(root, kind, key)])[0]
-            owner = Holder.parse(data)
+            owner = Holder.parse(locked if at == 0 else claimed)
+            handed = Holder.parse(locked)
+            if handed is not None and (handed.node, handed.lease) == mine:
+                return False, handed, False, value  # a hand-over to us landed after the multi, before the reads
             if owner is None:
-                return False, None, False  # a process's lock, or gone meanwhile: the caller tries again
-            if not self.live(owner):
+                return False, None, False, value  # a process's lock, or gone meanwhile: the caller tries again
+            ours = (owner.node, owner.lease) == mine
+            if at != 0 and not ours:
+                self._met(bucket, owner)
+            looks = ([] if ours else [lease_path(self.nodes, owner.lease)]) + \
+                ([] if at == 0 else [znode(root, "x", key, owner.token)])
+            if at != 0 and owner == guess and early:
+                found = early  # looked at in the take's own round trip
+            else:
+                found = zk.stat_many(looks) if looks else []
+            if not ours and found[0] is None:  # its lease is gone: so is the hold
+                self._claims.pop(bucket, None)
                 zk.multi([("delete", znode(root, kind, key, owner.token)), ("delete", znode(root, kind, key))])
-            elif at == 0 or zk.stat(znode(root, "x", key, owner.token)) is None:
+            elif at == 0 or found[-1] is None:
                 if holder is None:
                     self.request_release(key, owner.node, 0)
-                return False, owner, at != 0
+                return False, owner, at != 0, value
             else:
                 detached_from = owner.token  # from the claim: record by record
         raise Unavailable(f"zookeeper: the lock of {key!r} kept changing hands")
+
+    def _looks(self, root: str, key: bytes, claim: Holder) -> list[str]:
+        """What a take refused by ``claim`` looks at: its lease fence, and the key's detached mark."""
+        return [lease_path(self.nodes, claim.lease), znode(root, "x", key, claim.token)]
+
+    def _met(self, bucket: int, claim: Holder) -> None:
+        if len(self._claims) >= 1024:  # buckets of claims long gone: forget them
+            self._claims.clear()
+        self._claims[bucket] = claim
 
     def read(self, key: bytes) -> tuple[bytes | None, bool]:
         """A process's read of ``key``: its value, and whether a node may own it."""
@@ -147,35 +188,50 @@ class ZkOwnership(ServedOwnership):
         return value, any(map(Holder.parse, held))
 
     def take(self, key: bytes, node: bytes, lease: int) -> Taken:
+        """One round trip (the record read with the take's multi), two if
+        refused by a hold not met before (``_lock``)."""
         token = self.new_token()
-        taken, owner, via_bucket = self.lock(key, token, Holder(node, lease, token))
+        taken, owner, via_bucket, value = self._lock(key, token, Holder(node, lease, token))
         if owner is not None and (owner.node, owner.lease) == (node, lease):
-            token = owner.token  # our bucket's, or a taker of ours died before keeping it
+            token = owner.token  # our bucket's, a hand-over's to us, or a taker of ours died before keeping it
         elif not taken:
             raise OwnedElsewhere(owner.node if owner else None, f"{key!r} is held")
-        return Taken(self.zk().get_many([znode(self.root(), "d", key)])[0], token, via_bucket)
+        return Taken(value, token, via_bucket)
 
     def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
+        """One round trip: the multi, then the claim read and ``l/`` and
+        ``d/`` listed behind it (the listings left out where another node's
+        claim was met on the bucket: the multi will most likely fail); one
+        more to read the bucket's records, if the store has any."""
         root, zk, token = self.root(), self.zk(), self.new_token()
         path, fence = f"{root}/l/b{bucket:02x}", f"{root}/f/b{bucket:02x}.{token}"
-        failed = zk.multi([("check", lease_path(self.nodes, lease)), ("create", fence, b"", False),
-                           ("create", path, Holder(node, lease, token).encode(), False)])
+        listed = [f"{root}/l", f"{root}/d"] if bucket not in self._claims else []
+        failed, (claimed,), names, _ = zk.multi_reading(
+            [("check", lease_path(self.nodes, lease)), ("create", fence, b"", False),
+             ("create", path, Holder(node, lease, token).encode(), False)], [path], listed)
         if failed is not None and failed[0] == 0:
             raise FencedOut(f"zookeeper: node lease {lease:x} is gone")
         if failed is not None:
+            other = Holder.parse(claimed)
+            if other is not None and (other.node, other.lease) != (node, lease):
+                self._met(bucket, other)  # the take that follows looks at it at once
             return None
-        if any(n[0] == "k" and bucket_of(bytes.fromhex(n[1:])) == bucket for n in zk.children(f"{root}/l")):
+        self._claims.pop(bucket, None)
+        held, stored = names if names else (zk.children(f"{root}/l"), zk.children(f"{root}/d"))
+        if any(n[0] == "k" and bucket_of(bytes.fromhex(n[1:])) == bucket for n in held):
             zk.multi([("delete", fence), ("delete", path)])  # a record lock in it: not now
             return None
-        keys = [k for k in map(bytes.fromhex, (n[1:] for n in zk.children(f"{root}/d"))) if bucket_of(k) == bucket]
-        values = zk.get_many([znode(root, "d", key) for key in keys])
+        keys = [k for k in map(bytes.fromhex, (n[1:] for n in stored)) if bucket_of(k) == bucket]
+        values = zk.get_many([znode(root, "d", key) for key in keys]) if keys else []
         return Claim(token, {key: value for key, value in zip(keys, values) if value is not None})
 
     def request_release(self, key: bytes, owner: bytes, requester_lease: int, requester: bytes = b"") -> None:
         """The request names the asking node, for ``hand_over``. NodeExists:
         asked already, and the request standing keeps its asker."""
-        mark = holder_mark(requester, requester_lease) if requester else b""
-        self.zk().multi([("create", self._request(owner, key), mark, True)])
+        if not requester:
+            self.zk().multi([("create", self._request(owner, key), b"", True)])
+        else:  # a node's waiter asks again after ASK_AGAIN and reads no answer: sent unwaited, its next take after it
+            self.zk().send([("create", self._request(owner, key), holder_mark(requester, requester_lease), True)])
 
     def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                           to: Holder | None = None, asked: tuple[str, int] = ("", -1)) -> bool:
@@ -190,20 +246,20 @@ class ZkOwnership(ServedOwnership):
             end += [("create", znode(root, "l", key), to.encode(), False),
                     ("create", znode(root, "l", key, to.token), b"", False),
                     ("check", lease_path(self.nodes, to.lease)), ("delete", *asked)]
-        return self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value)
+        return self.zk().write(znode(root, "d", key), f"{root}/s", [("check", fence), *end], value, together=True)
 
     def hand_over(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                   node: bytes, lease: int) -> bool:
-        """The request read, then one multi (two round trips): the
-        write-back, the requester's lock put on its lease with a new token
-        of the generation, as its own take would, and the request deleted
-        at the version read. The old lock goes in the same multi, so the
+        """The request read (unless the agent's listing read it as it
+        came), then one multi: the write-back, the requester's lock put on
+        its lease with a new token of the generation, as its own take
+        would, and the request deleted at the version read. The old lock goes in the same multi, so the
         holder's own waiters never find the record free. Refused (the
         token lost, the requester's lease gone, the request changed), and
         for a process's request (no node named), a plain write-back: the
         record free, the request deleted if unchanged."""
         asked = self._request(node, key)
-        mark, version = self.zk().get_versioned(asked)
+        mark, version = self.marks.pop(asked, None) or self.zk().get_versioned(asked)
         requester, requester_lease = parse_holder_mark(mark or b"")
         if requester:
             handed = token
@@ -218,6 +274,7 @@ class ZkOwnership(ServedOwnership):
         return done
 
     def served(self, node: bytes, key: bytes) -> None:
+        self.marks.pop(self._request(node, key), None)
         self.zk().forget(self._request(node, key))
 
     def write_through(self, key: bytes, value: bytes | None, token: int, via_bucket: bool) -> bool:

@@ -94,6 +94,9 @@ class ZkOwnership(ServedOwnership):
         #: bucket -> the other node's claim last met on it: a take in it looks at that
         #: holder's lease fence and the key's detached mark in its first round trip
         self._claims: dict[int, Holder] = {}
+        #: key -> the hold that last refused this process's take (and whether by
+        #: its bucket): a request for it is made only while that hold stands
+        self._refusals: dict[bytes, tuple[Holder, bool]] = {}
 
     def root(self, token: int = 0) -> str:
         if self.fixed_root is not None:
@@ -168,6 +171,8 @@ class ZkOwnership(ServedOwnership):
             elif at == 0 or found[-1] is None:
                 if holder is None:
                     self.request_release(key, owner.node, 0)
+                else:
+                    self._refused(key, owner, at != 0)
                 return False, owner, at != 0, value
             else:
                 detached_from = owner.token  # from the claim: record by record
@@ -196,6 +201,7 @@ class ZkOwnership(ServedOwnership):
             token = owner.token  # our bucket's, a hand-over's to us, or a taker of ours died before keeping it
         elif not taken:
             raise OwnedElsewhere(owner.node if owner else None, f"{key!r} is held")
+        self._refusals.pop(key, None)
         return Taken(value, token, via_bucket)
 
     def claim(self, bucket: int, node: bytes, lease: int) -> Claim | None:
@@ -231,7 +237,27 @@ class ZkOwnership(ServedOwnership):
         if not requester:
             self.zk().multi([("create", self._request(owner, key), b"", True)])
         else:  # a node's waiter asks again after ASK_AGAIN and reads no answer: sent unwaited, its next take after it
-            self.zk().send([("create", self._request(owner, key), holder_mark(requester, requester_lease), True)])
+            self.zk().send([*self._still_held(key),
+                            ("create", self._request(owner, key), holder_mark(requester, requester_lease), True)])
+
+    def _refused(self, key: bytes, owner: Holder, by_bucket: bool) -> None:
+        if len(self._refusals) >= 1024:  # keys whose waiters gave up
+            self._refusals.clear()
+        self._refusals[key] = (owner, by_bucket)
+
+    def _still_held(self, key: bytes) -> list[Op]:
+        """What fails a node's request unless the hold that last refused its
+        take still stands: a request sent again after a hand-over to the
+        asker landed would stand for nothing, and the holder's agent would
+        spend a round trip on it (``let_go``) while real requests wait."""
+        refusal = self._refusals.get(key)
+        if refusal is None:
+            return []
+        (owner, by_bucket), root = refusal, self.root()
+        if not by_bucket:
+            return [("check", znode(root, "l", key, owner.token))]
+        detached = znode(root, "x", key, owner.token)  # the claim stands and the key is not detached from it
+        return [("check", znode(root, "b", key, owner.token)), ("create", detached, b"", False), ("delete", detached)]
 
     def write_back_fenced(self, key: bytes, value: bytes | None, token: int, via_bucket: bool,
                           to: Holder | None = None, asked: tuple[str, int] = ("", -1)) -> bool:

@@ -62,3 +62,40 @@ def test_a_key_of_another_nodes_bucket_is_asked_for_and_taken_in_few_round_trips
         db.close()
         for agent in agents:
             agent.close()
+
+
+@pytest.mark.parametrize("by_bucket", [False, True], ids=["record-lock", "bucket-claim"])
+def test_a_request_sent_again_after_the_hand_over_landed_is_not_left_standing(zk, tmp_path, by_bucket):
+    """A node's waiter asks again every ASK_AGAIN (0.25 s) while its takes
+    are refused, and its request is sent unwaited. Under load a round trip
+    took longer than that, so an ask sent again often landed after the
+    hand-over had made the record the asker's: a request for a hold that had
+    ended, which the holder's agent then spent a round trip on (``let_go``)
+    while the requests of other waiters queued behind it. The request is
+    made only while the hold that refused the take stands."""
+    agents = [ZkNodeStore(Options({"hosts": zk.hosts, "op_timeout": str(OP_TIMEOUT)})) for _ in range(2)]
+    db = open_zk(zk.hosts, str(tmp_path / "again.tdb"))
+    try:
+        a, b = (agent.grant(name, SESSION).id for agent, name in zip(agents, (b"a", b"b")))
+        own = db.adapter.ownership()
+        if by_bucket:
+            claim = own.claim(bucket_of(b"k"), b"a", a)
+            assert claim is not None
+            token = claim.token
+        else:
+            token = own.take(b"k", b"a", a).token
+        with pytest.raises(OwnedElsewhere):
+            own.take(b"k", b"b", b)
+        own.request_release(b"k", b"a", b, requester=b"b")
+        assert own.request_waiting(b"k", b"a", b), "the hold stands: the request must be made"
+        assert own.hand_over(b"k", b"v", token, by_bucket, b"a", a)
+        assert not own.request_waiting(b"k", b"a", b)
+
+        own.request_release(b"k", b"a", b, requester=b"b")  # the ask again, landing after the hand-over
+        assert not own.request_waiting(b"k", b"a", b), "a request for a hold that ended stands"
+        taken = own.take(b"k", b"b", b)
+        assert (taken.value, taken.via_bucket) == (b"v", False)
+    finally:
+        db.close()
+        for agent in agents:
+            agent.close()

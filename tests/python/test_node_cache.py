@@ -487,9 +487,11 @@ def test_a_request_a_process_served_is_wanted_no_more(backend, nodes, name):
         time.sleep(0.01)
     db.unlock(b"hot", b"2")  # handed over: node b's request is gone
     db.lock(b"hot")  # and held here again
-    deadline = time.monotonic() + 2
+    # kept, the mark stays for good; a polled store's agent hears Served at
+    # its next read (cassandra, in a Debian 13 root at 87% CPU: over 2 s once)
+    deadline = time.monotonic() + 5
     while state.wanted(db_id, b"hot"):
-        assert time.monotonic() < deadline, "still wanted 2 s after the request was served"
+        assert time.monotonic() < deadline, "still wanted 5 s after the request was served"
         time.sleep(0.01)
     db.unlock(b"hot", b"2")
     assert waiter.result()[0] == b"2"

@@ -287,11 +287,14 @@ class Session:
         multi for each guess sent at once, one round trip; the fence lets
         the right one apply, the other fails."""
         guesses = [[*fence, *record_ops(path, value, present), ("set", seq, b"")] for present in (True, False)]
-        failed = self.multis(guesses, retry) if together else []
-        for ops in guesses if not together else []:
-            failed.append(self.multi(ops, retry))
-            if failed[-1] is None or failed[-1][0] < len(fence):
-                break
+        if together:
+            failed = self.multis(guesses, retry)
+        else:
+            failed = []
+            for ops in guesses:
+                failed.append(self.multi(ops, retry))
+                if failed[-1] is None or failed[-1][0] < len(fence):
+                    break
         if None in failed:
             return True
         if any(f is not None and f[0] < len(fence) for f in failed):
